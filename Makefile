@@ -1,0 +1,42 @@
+# Two entry points (README): `make run` (the round in params.yaml) and `make test`.
+# Both create .venv from requirements.lock on first use and are idempotent.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
+
+export DVC_NO_ANALYTICS := 1
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: setup venv reference-setup run smoke test bench clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	@rm -f $(VENV)/.installed-*; touch $@
+
+reference-setup: $(STAMP)
+	$(PY) -m dreamer_parity.reference.setup
+
+setup: venv reference-setup
+
+run: setup
+	$(VENV)/bin/dvc repro
+
+smoke: setup
+	$(VENV)/bin/dvc exp run -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) benchmarks/bench_candidate.py
+	$(PY) benchmarks/bench_reference.py
+	$(PY) benchmarks/bench_analysis.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,336 @@
+"""The params.yaml schema: one definition, validated before any compute.
+
+Every stage reads its parameters through :func:`load` (main venv) or receives the
+validated subset as JSON (reference venv).  The file stays block-style and free of
+``${}`` interpolation because ``dvc exp run -S`` re-serialises it; values written back
+by DVC (for example ``3e-05``, which PyYAML reads as a string) are coerced to the
+declared type here.
+
+Command line::
+
+    python -m dreamer_parity.params check [--file params.yaml]
+    python -m dreamer_parity.params smoke-overrides     # the -S flags of the smoke round
+    python -m dreamer_parity.params show [--file params.yaml] [--key reference]
+
+Only the standard library is needed for validation (PyYAML is imported by
+:func:`load` only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOKE",
+           "eval_points", "PROFILES"]
+
+NUM_ENVS = 16
+
+#: Network widths of the two profiles (Candidate and Reference issues).
+PROFILES = {
+    "full": {"deter": 512, "hidden": 64, "classes": 4, "units": 64, "stoch": 32, "blocks": 8},
+    "smoke": {"deter": 64, "hidden": 16, "classes": 4, "units": 16, "stoch": 32, "blocks": 8},
+}
+
+
+class ParamsError(ValueError):
+    """A parameter is missing, unknown, of the wrong type or inconsistent.
+
+    The message is one line and starts with the dotted key.
+    """
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"params: {key}: {message}")
+
+
+@dataclass(frozen=True)
+class Field:
+    type: str            # int, float, str, bool, int_list, int_pair_or_empty
+    default: Any
+    choices: tuple = ()
+    doc: str = ""
+
+
+#: Declared keys (dotted) with their type, default and meaning.
+SCHEMA: dict[str, Field] = {
+    "round": Field("str", "round1", doc="name of the round; results go to results/<round>/"),
+    "decode": Field("str", "exact", ("exact", "ref"),
+                    "candidate's two-hot expectation: exact mirror difference | reference pair sum"),
+    "profile": Field("str", "full", ("full", "smoke"), "network widths (PROFILES)"),
+    "seeds": Field("int_list", [0, 1, 2], doc="run seeds, unique non-negative integers"),
+    "rows": Field("int", 20000, doc="rows per env set (all 16 envs together)"),
+    "eval_every": Field("int", 2000,
+                        doc="rows between evaluation points; multiple of 16 dividing rows"),
+    "eval_episodes": Field("int", 10, doc="evaluation episodes (fresh envs) per point"),
+    "reference.decode": Field("str", "ref", ("ref", "exact"),
+                              "reference two-hot mean: stock formula | exact replacement"),
+    "reference.sampler": Field("str", "stock", ("stock", "per_run"),
+                               "replay uniform selector: stock seed 0 | [seed, 0x5EED]"),
+    "reference.source": Field("str", "run",
+                              doc="'run' to run the reference, or a directory of published runs"),
+    "stats.s1_rows": Field("int_list", [16000, 18000, 20000],
+                           doc="pre-registered S1 rows (evaluation points)"),
+    "stats.late_rows": Field("int_pair_or_empty", [],
+                             doc="[first, last] rows of LATE, empty when not pre-registered"),
+    "stats.good_return": Field("float", 400.0, doc="concordance threshold on evaluation return"),
+    "stats.concordance_rows": Field("int_list", [20000],
+                                    doc="rows at which runs with eval >= good_return are counted"),
+    "stats.concordance_range": Field("int_pair_or_empty", [16000, 20000],
+                                     doc="row range of the per-side rate of eval >= good_return"),
+    "stats.failed_rule": Field("str", "zero", ("zero",),
+                               "missing evaluation points of a failed seed count as return 0"),
+}
+
+#: The smoke round (Foundation issue): 1200 rows, evaluation every 400, 2 episodes.
+SMOKE = {
+    "round": "smoke",
+    "profile": "smoke",
+    "seeds": [0, 1],
+    "rows": 1200,
+    "eval_every": 400,
+    "eval_episodes": 2,
+    "stats.s1_rows": [400, 800, 1200],
+    "stats.late_rows": [],
+    "stats.concordance_rows": [1200],
+    "stats.concordance_range": [400, 1200],
+}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _coerce_int(key, v):
+    if isinstance(v, bool):
+        raise ParamsError(key, f"expected an integer, got {v!r}")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if v.is_integer():
+            return int(v)
+        raise ParamsError(key, f"expected an integer, got {v!r}")
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            return int(s)
+        except ValueError:
+            pass
+        try:
+            f = float(s)
+        except ValueError:
+            raise ParamsError(key, f"expected an integer, got {v!r}") from None
+        if f.is_integer():
+            return int(f)
+        raise ParamsError(key, f"expected an integer, got {v!r}")
+    raise ParamsError(key, f"expected an integer, got {v!r}")
+
+
+def _coerce_float(key, v):
+    if isinstance(v, bool):
+        raise ParamsError(key, f"expected a number, got {v!r}")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            pass
+    raise ParamsError(key, f"expected a number, got {v!r}")
+
+
+def _coerce(key: str, field: Field, v):
+    t = field.type
+    if t == "int":
+        return _coerce_int(key, v)
+    if t == "float":
+        return _coerce_float(key, v)
+    if t == "str":
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise ParamsError(key, f"expected a string, got {v!r}")
+        v = str(v)
+        if field.choices and v not in field.choices:
+            raise ParamsError(key, f"unknown value {v!r}; expected one of {', '.join(field.choices)}")
+        return v
+    if t in ("int_list", "int_pair_or_empty"):
+        if v is None:
+            v = []
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except ValueError:
+                raise ParamsError(key, f"expected a list of integers, got {v!r}") from None
+        if not isinstance(v, (list, tuple)):
+            raise ParamsError(key, f"expected a list of integers, got {v!r}")
+        out = [_coerce_int(key, x) for x in v]
+        if t == "int_pair_or_empty" and len(out) not in (0, 2):
+            raise ParamsError(key, f"expected [first, last] or [], got {out}")
+        if t == "int_pair_or_empty" and out and out[0] > out[1]:
+            raise ParamsError(key, f"first row {out[0]} is after last row {out[1]}")
+        return out
+    raise AssertionError(t)
+
+
+def _nest(flat: dict) -> dict:
+    out: dict = {}
+    for key, v in flat.items():
+        parts = key.split(".")
+        d = out
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = v
+    return out
+
+
+def eval_points(params: dict) -> list[int]:
+    """Rows of the evaluation points: ``eval_every, 2 eval_every, ..., rows``."""
+    return list(range(params["eval_every"], params["rows"] + 1, params["eval_every"]))
+
+
+def validate(raw: dict, where: str = "params.yaml") -> dict:
+    """Validate and coerce a parameter dict; return the nested, typed dict.
+
+    Args:
+      raw: the parsed params.yaml (nested dicts), possibly partial: missing keys take
+        their :data:`SCHEMA` default.
+      where: the file name used in messages.
+
+    Returns:
+      A nested dict with every declared key, typed as declared.
+
+    Raises:
+      ParamsError: one-line message naming the key, for an unknown key or value, a
+        wrong type, a negative or non-integer row count, an evaluation interval that is
+        not a positive multiple of 16 or does not divide ``rows``, duplicate or negative
+        seeds, or S1 / LATE / concordance rows that are not evaluation points.
+    """
+    if not isinstance(raw, dict):
+        raise ParamsError("<root>", f"{where} must hold a mapping, got {type(raw).__name__}")
+    flat = _flatten(raw)
+    for key in flat:
+        if key not in SCHEMA:
+            raise ParamsError(key, f"unknown key in {where}; known keys: {', '.join(SCHEMA)}")
+    # A declared dict key given as a scalar (e.g. "reference: 3") is caught here.
+    for key in raw:
+        if key in ("reference", "stats") and not isinstance(raw[key], dict):
+            raise ParamsError(key, f"expected a mapping, got {raw[key]!r}")
+    typed = {}
+    for key, field in SCHEMA.items():
+        v = flat.get(key, copy.deepcopy(field.default))
+        typed[key] = _coerce(key, field, v)
+
+    for key in ("rows", "eval_every", "eval_episodes"):
+        if typed[key] <= 0:
+            raise ParamsError(key, f"must be a positive integer, got {typed[key]}")
+    if typed["eval_every"] % NUM_ENVS:
+        raise ParamsError("eval_every", f"{typed['eval_every']} is not a multiple of {NUM_ENVS}")
+    if typed["rows"] % typed["eval_every"]:
+        raise ParamsError(
+            "rows", f"{typed['rows']} is not a multiple of eval_every={typed['eval_every']}")
+    seeds = typed["seeds"]
+    if not seeds:
+        raise ParamsError("seeds", "needs at least one seed")
+    if any(s < 0 for s in seeds):
+        raise ParamsError("seeds", f"seeds must be non-negative, got {seeds}")
+    if len(set(seeds)) != len(seeds):
+        dup = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise ParamsError("seeds", f"duplicate seeds {dup}")
+    points = set(eval_points(typed))
+    for key in ("stats.s1_rows", "stats.concordance_rows"):
+        missing = [r for r in typed[key] if r not in points]
+        if missing:
+            raise ParamsError(key, f"rows {missing} are not evaluation points "
+                                   f"(multiples of eval_every={typed['eval_every']} up to rows={typed['rows']})")
+    if not typed["stats.s1_rows"]:
+        raise ParamsError("stats.s1_rows", "needs at least one row")
+    for key in ("stats.late_rows", "stats.concordance_range"):
+        rng = typed[key]
+        if rng:
+            inside = [p for p in points if rng[0] <= p <= rng[1]]
+            if not inside:
+                raise ParamsError(key, f"range {rng} holds no evaluation point")
+            if rng[1] > typed["rows"]:
+                raise ParamsError(key, f"range {rng} ends after rows={typed['rows']}")
+    src = typed["reference.source"]
+    if not src:
+        raise ParamsError("reference.source", "must be 'run' or a directory of published runs")
+    return _nest(typed)
+
+
+def load(path: str | Path = "params.yaml") -> dict:
+    """Read and validate a params file (main venv: uses PyYAML).
+
+    Raises:
+      FileNotFoundError: no such file.
+      ParamsError: see :func:`validate`; YAML syntax errors are reported with the line.
+    """
+    import yaml
+
+    path = Path(path)
+    text = path.read_text()
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ParamsError("<root>", f"{path.name}{line}: invalid YAML: {e}") from None
+    return validate(raw, where=path.name)
+
+
+def smoke_overrides() -> list[str]:
+    """The ``-S key=value`` overrides that turn params.yaml into the smoke round."""
+    out = []
+    for key, v in SMOKE.items():
+        if isinstance(v, list):
+            v = "[" + ",".join(str(x) for x in v) + "]"
+        out += ["-S", f"{key}={v}"]
+    return out
+
+
+def smoke_params(base: dict | None = None) -> dict:
+    """The validated smoke parameter set (base: the defaults, or a validated dict)."""
+    flat = _flatten(base) if base else {}
+    flat.update(SMOKE)
+    return validate(_nest(flat))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.params", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="validate a params file")
+    c.add_argument("--file", default="params.yaml")
+    s = sub.add_parser("show", help="print the validated parameters as JSON")
+    s.add_argument("--file", default="params.yaml")
+    s.add_argument("--key", default=None, help="a top-level key to print alone")
+    sub.add_parser("smoke-overrides", help="print the -S flags of the smoke round")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "smoke-overrides":
+            print(" ".join(smoke_overrides()))
+            return 0
+        p = load(args.file)
+    except (ParamsError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.cmd == "check":
+        print(f"{args.file}: ok")
+    else:
+        print(json.dumps(p if args.key is None else p[args.key], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Shared test set-up: CPU JAX with a persistent compilation cache, paths to shared data."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dreamer-parity" / "jaxcache-main"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_cache))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+PUBLISHED = SHARED / "published"
+
+
+@pytest.fixture(scope="session")
+def published_dir():
+    """../shared/published, or skip with the reason when it is absent."""
+    if not PUBLISHED.is_dir():
+        pytest.skip(f"published study files not found at ../shared/published")
+    return PUBLISHED
