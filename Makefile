@@ -30,7 +30,9 @@ run: setup
 smoke: setup
 	$(VENV)/bin/dvc exp run -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
 
-test: setup
+# The suite runs without the reference too: tests that need it skip with the set-up command.
+test: venv
+	-$(PY) -m dreamer_parity.reference.setup
 	$(PY) -m pytest -q tests
 
 bench: setup
