@@ -1,0 +1,246 @@
+"""The candidate's synchronous training loop: all seeds in one vmapped, jitted program.
+
+Per seed the loop state (the *carry*) holds the agent's train state, the policy carry,
+16 gymnax envs and their current rows, the replay, the PRNG key, running episode sums,
+the metric window (sum and finite count per train metric) and health flags.
+
+One vector step (PROTOCOL.md 2.1, ALGORITHM.md 16, deviation D3):
+
+1. the policy filters the 16 current rows (``is_first`` resets its state) and samples
+   actions with the latest parameters;
+2. the 16 rows are added to the replay with that action (zeroed on ``is_last`` rows) and
+   the policy's posterior latents;
+3. each env steps with its action, or, when its row was ``is_last``, resets;
+4. the updates of this vector step run (``dreamer_parity.schedule.per_vector_step``; a
+   per-step count array fed to the scan, a ``fori_loop`` over the traced count): each
+   samples 16 windows (online queue first, then uniform), trains, writes the posteriors
+   back and adds the metrics to the window.
+
+:func:`build` returns the jitted, seed-vmapped functions ``init``, ``chunk`` (a
+``lax.scan`` of vector steps) and ``point`` (evaluation, health check and the metric
+window read-out, which resets the window).  Carry buffers are donated; chunk shapes are
+fixed, so nothing recompiles between chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from ..schedule import Schedule
+from . import env as envlib
+from . import evaluate as evallib
+from . import replay as replaylib
+
+__all__ = ["Programs", "build", "seed_keys", "metric_shapes", "is_loss_metric", "field"]
+
+EVAL_KEY_SALT = 7_000_001   # the protocol's evaluation entropy constant (PROTOCOL.md 4.2)
+
+
+def is_loss_metric(name: str) -> bool:
+    """Whether a train metric is a loss whose non-finite value fails the seed."""
+    return name.endswith("_loss") or name == "opt_loss"
+
+
+def seed_keys(seed: int) -> dict:
+    """The seed's root keys: ``init`` (parameters), ``run`` (training), ``eval`` (fixed).
+
+    Returns uint32[2] keys derived from ``jax.random.PRNGKey(seed)``.
+    """
+    root = jax.random.PRNGKey(seed)
+    k_init, k_run = jax.random.split(root)
+    return {"init": k_init, "run": k_run, "eval": jax.random.fold_in(root, EVAL_KEY_SALT)}
+
+
+def _dummy_batch(cfg, s: Schedule):
+    b, l = s.batch_size, s.batch_length
+    return {
+        "vector": jnp.zeros((b, l, cfg.obs_dim), jnp.float32),
+        "reward": jnp.zeros((b, l), jnp.float32),
+        "is_first": jnp.zeros((b, l), bool), "is_last": jnp.zeros((b, l), bool),
+        "is_terminal": jnp.zeros((b, l), bool), "action": jnp.zeros((b, l), jnp.int32),
+        "deter": jnp.zeros((b, l, cfg.deter), jnp.float32),
+        "stoch": jnp.zeros((b, l, cfg.stoch), jnp.int32),
+    }
+
+
+def metric_shapes(agent, cfg, s: Schedule = Schedule()) -> dict:
+    """The train metrics' names (sorted) -> ShapeDtypeStruct, from ``jax.eval_shape``.
+
+    Raises ValueError when a metric is not a scalar.
+    """
+    def f(key):
+        state = agent.init(key, cfg)
+        _, _, metrics = agent.train_step(cfg, state, _dummy_batch(cfg, s), key=key)
+        return metrics
+    shapes = jax.eval_shape(f, jax.random.PRNGKey(0))
+    bad = [k for k, v in shapes.items() if v.shape != ()]
+    if bad:
+        raise ValueError(f"train metrics must be scalars; not: {bad}")
+    return dict(sorted(shapes.items()))
+
+
+@dataclass
+class Programs:
+    """The jitted programs of one run and their static settings.
+
+    ``init(keys)`` -> carry (keys: dict of uint32[seeds, 2] from :func:`seed_keys`);
+    ``chunk(carry, counts)`` -> ``(carry, episodes)`` with ``counts`` i32[chunk_steps]
+    (updates after each vector step) and ``episodes`` a dict of ``[seeds, chunk_steps,
+    num_envs]`` arrays (``ended``, ``length``, ``score``, ``terminal``; the row index of
+    an ended episode is the vector step's index + 1);
+    ``point(carry)`` -> ``(carry, report)`` (see :func:`_point`).
+    """
+
+    init: Callable
+    chunk: Callable
+    point: Callable
+    metric_names: tuple
+    capacity: int
+    chunk_steps: int
+
+
+def _init_seed(agent, cfg, s: Schedule, capacity: int, names, keys):
+    state = agent.init(keys["init"], cfg)
+    k_env, k_run = jax.random.split(keys["run"])
+    env_state, row = envlib.reset_rows(jax.random.split(k_env, s.num_envs))
+    n = s.num_envs
+    return {
+        "agent": state,
+        "policy": agent.initial_carry(cfg, n),
+        "env": env_state,
+        "row": row,
+        "ep_score": jnp.zeros((n,), jnp.float32),
+        "ep_length": jnp.zeros((n,), jnp.int32),
+        "replay": replaylib.init(n, capacity, cfg.deter, cfg.stoch, cfg.obs_dim),
+        "step": jnp.zeros((), jnp.int32),
+        "updates": jnp.zeros((), jnp.int32),
+        "key": k_run,
+        "eval_key": keys["eval"],
+        "msum": {k: jnp.zeros((), jnp.float32) for k in names},
+        "mcount": {k: jnp.zeros((), jnp.int32) for k in names},
+        "health": {"loss_nonfinite": jnp.zeros((), jnp.int32),
+                   "actions_ok": jnp.ones((), bool), "latents_finite": jnp.ones((), bool)},
+    }
+
+
+def _vector_step(agent, cfg, s: Schedule, carry, count):
+    key, k_pol, k_reset, k_upd = jax.random.split(carry["key"], 4)
+    row = carry["row"]
+    state = carry["agent"]
+    action, pcarry, latent = agent.policy_step(
+        cfg, field(state, "params"), carry["policy"], row["vector"], row["is_first"], key=k_pol)
+    action = action.astype(jnp.int32)
+    health = dict(carry["health"])
+    health["actions_ok"] &= jnp.all((action >= 0) & (action < cfg.num_actions))
+    health["latents_finite"] &= jnp.all(jnp.isfinite(latent["deter"]))
+    stored = dict(row, action=jnp.where(row["is_last"], 0, action),
+                  deter=latent["deter"], stoch=latent["stoch"])
+    replay = replaylib.add(carry["replay"], carry["step"], stored)
+    env_state, nrow, stepped = envlib.step_rows(
+        carry["env"], row, action, jax.random.split(k_reset, s.num_envs))
+    score = jnp.where(stepped, carry["ep_score"] + nrow["reward"], 0.0)
+    length = jnp.where(stepped, carry["ep_length"] + 1, 0)
+    episodes = {"ended": stepped & nrow["is_last"], "length": length, "score": score,
+                "terminal": nrow["is_terminal"]}
+    n = carry["step"] + 1
+
+    def update(i, c):
+        state, replay, msum, mcount, bad, k = c
+        k, k_s, k_t = jax.random.split(k, 3)
+        replay, worker, start, _ = replaylib.sample_starts(replay, n, k_s, s.batch_size)
+        batch = replaylib.gather(replay, worker, start)
+        state, outs, metrics = agent.train_step(cfg, state, batch, key=k_t)
+        replay = replaylib.write_back(replay, worker, start, outs)
+        msum, mcount = dict(msum), dict(mcount)
+        loss_ok = jnp.ones((), bool)
+        for name in msum:
+            v = jnp.asarray(metrics[name], jnp.float32)
+            fin = jnp.isfinite(v)
+            msum[name] = msum[name] + jnp.where(fin, v, 0.0)
+            mcount[name] = mcount[name] + fin.astype(jnp.int32)
+            if is_loss_metric(name):
+                loss_ok &= fin
+        bad = bad + (~loss_ok).astype(jnp.int32)
+        return state, replay, msum, mcount, bad, k
+
+    c = (state, replay, carry["msum"], carry["mcount"], health["loss_nonfinite"], k_upd)
+    state, replay, msum, mcount, bad, _ = jax.lax.fori_loop(0, count, update, c)
+    health["loss_nonfinite"] = bad
+    new = dict(carry, agent=state, policy=pcarry, env=env_state, row=nrow, ep_score=score,
+               ep_length=length, replay=replay, step=n, updates=carry["updates"] + count,
+               key=key, msum=msum, mcount=mcount, health=health)
+    return new, episodes
+
+
+def field(state, name):
+    """``state[name]`` for a dict train state, else ``getattr(state, name)``."""
+    return state[name] if isinstance(state, dict) else getattr(state, name)
+
+
+def _all_finite(tree):
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.ones((), bool)
+
+
+def _point(agent, cfg, episodes: int, carry):
+    """Evaluation point of one seed: evaluate, read and reset the metric window.
+
+    Returns ``(carry, report)``; report: ``eval`` (see :func:`evaluate.evaluate`),
+    ``msum``/``mcount`` (the window), ``retnorm`` {lo, hi}, ``updates``, ``step``,
+    ``params_finite``, ``health`` (training flags since the start).
+    """
+    state = carry["agent"]
+    ev = evallib.evaluate(agent, cfg, field(state, "params"), carry["eval_key"], episodes)
+    retnorm = field(state, "retnorm")
+    report = {
+        "eval": ev,
+        "msum": carry["msum"], "mcount": carry["mcount"],
+        "retnorm": {"lo": jnp.asarray(retnorm["lo"], jnp.float32),
+                    "hi": jnp.asarray(retnorm["hi"], jnp.float32)},
+        "updates": carry["updates"], "step": carry["step"],
+        "params_finite": _all_finite(field(state, "params")),
+        "health": carry["health"],
+    }
+    new = dict(carry,
+               msum=jax.tree.map(jnp.zeros_like, carry["msum"]),
+               mcount=jax.tree.map(jnp.zeros_like, carry["mcount"]))
+    return new, report
+
+
+def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
+          s: Schedule = Schedule()) -> Programs:
+    """Build the jitted, seed-vmapped programs of a run.
+
+    Args:
+      agent: the agent module (``init``, ``initial_carry``, ``policy_step``,
+        ``train_step``; CANDIDATE_API).
+      cfg: its config (``deter``, ``stoch``, ``obs_dim``, ``num_actions`` are read).
+      capacity: replay rows per env (``rows / num_envs`` of the run).
+      chunk_steps: vector steps per ``chunk`` call (static).
+      eval_episodes: evaluation envs per point (static).
+      s: the replay/ratio settings.
+
+    Returns:
+      :class:`Programs`.  ``chunk`` and ``point`` donate the carry.
+    """
+    names = tuple(metric_shapes(agent, cfg, s))
+
+    def init_seed(keys):
+        return _init_seed(agent, cfg, s, capacity, names, keys)
+
+    def chunk_seed(carry, counts):
+        return jax.lax.scan(lambda c, n: _vector_step(agent, cfg, s, c, n), carry, counts)
+
+    def point_seed(carry):
+        return _point(agent, cfg, eval_episodes, carry)
+
+    return Programs(
+        init=jax.jit(jax.vmap(init_seed)),
+        chunk=jax.jit(jax.vmap(chunk_seed, in_axes=(0, None)), donate_argnums=0),
+        point=jax.jit(jax.vmap(point_seed), donate_argnums=0),
+        metric_names=names, capacity=capacity, chunk_steps=chunk_steps)

@@ -1,0 +1,307 @@
+"""Run the candidate for every seed of a params file; write the per-seed result files.
+
+Command line (the DVC stage)::
+
+    python -m dreamer_parity.candidate.run --params params.yaml --out results/<round>/candidate \\
+        [--work-dir .work/candidate]
+
+The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
+is imported or compiled.  All seeds run in one vmapped, jitted program
+(:mod:`dreamer_parity.candidate.loop`).  At every evaluation point the records are built
+on the host and a checkpoint is written to ``<work-dir>/<key>/``
+(:mod:`dreamer_parity.candidate.checkpoint`); a killed run started again with the same
+parameters and code resumes from it and writes the same records.  Only when the run
+completes are ``<out>/s<seed>/{records.jsonl, episodes.jsonl, run.json, timing.json,
+params.npz, DONE.json}`` written (``DONE.json`` last).
+
+A seed that fails the finiteness check at an evaluation point (non-finite loss,
+parameters or policy latents, or an action out of range) gets a ``status: "failed"``
+record at that point, no later records, and ``DONE.json`` ``{"status": "failed",
+"reason": ...}``; the other seeds run on and the command exits 0.
+
+Exit codes: 0 done (including failed seeds), 2 bad parameters or arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from .. import params as paramslib
+from .. import records
+
+__all__ = ["main", "run", "RunParamsError", "chunk_steps_for"]
+
+NUM_ENVS = paramslib.NUM_ENVS
+CHUNK_MAX = 25          # vector steps per jitted chunk call (progress granularity)
+RUN_KEYS = ("profile", "decode", "seeds", "rows", "eval_every", "eval_episodes")
+
+
+class RunParamsError(ValueError):
+    """Arguments of the runner itself are unusable (one-line message)."""
+
+
+def chunk_steps_for(steps_per_point: int, limit: int = CHUNK_MAX) -> int:
+    """The largest divisor of ``steps_per_point`` not above ``limit``."""
+    for d in range(min(limit, steps_per_point), 0, -1):
+        if steps_per_point % d == 0:
+            return d
+    return 1
+
+
+def _log(msg: str) -> None:
+    print(f"[candidate] {msg}", file=sys.stderr, flush=True)
+
+
+def _fmt_s(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else \
+        f"{s // 60}m{s % 60:02d}s"
+
+
+def _default_agent(params: dict):
+    from . import agent as agentlib
+    from .config import AgentConfig
+    return agentlib, AgentConfig.from_params(params)
+
+
+def _flatten_params(tree, prefix=""):
+    out = {}
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out.update(_flatten_params(v, f"{prefix}{k}/"))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            out.update(_flatten_params(v, f"{prefix}{i}/"))
+    else:
+        out[prefix.rstrip("/")] = tree
+    return out
+
+
+def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, final_params,
+                   seeds, timing: dict, argv: dict, schedule: dict) -> None:
+    import numpy as np
+
+    from ..provenance import collect
+
+    prov = collect()
+    for i, seed in enumerate(seeds):
+        d = records.run_dir(out, "candidate", seed)
+        d.mkdir(parents=True, exist_ok=True)
+        done = d / records.DONE
+        if done.exists():
+            done.unlink()   # an unfinished rewrite must never look finished
+        key = str(seed)
+        records.write_jsonl(d / "records.jsonl", host["records"][key])
+        records.write_jsonl(d / "episodes.jsonl", host["episodes"][key])
+        records.write_json(d / "run.json", {
+            "side": "candidate", "seed": int(seed),
+            "config": {"agent": cfg_dict, "params": run_params, "schedule": schedule},
+            "args": argv, "provenance": prov})
+        records.write_json(d / "timing.json", timing)
+        flat = {k: np.asarray(v)[i] for k, v in _flatten_params(final_params).items()}
+        tmp = d / f"params.npz.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            np.savez(f, **flat)
+        os.replace(tmp, d / "params.npz")
+        reason = host["failed"].get(key)
+        records.write_done(d, "failed" if reason else "ok", reason)
+
+
+def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
+        hooks: dict | None = None, argv: dict | None = None) -> dict:
+    """Run all seeds of validated ``params``; write the outputs under ``out``.
+
+    Args:
+      params: a validated params dict (:func:`dreamer_parity.params.validate`).
+      out: the stage output directory (``<out>/s<seed>/`` per seed).
+      work_dir: checkpoint root; the run's checkpoint is ``<work_dir>/<key>/``.
+      agent, cfg: the agent module and its config (default: ``candidate.agent`` with
+        ``AgentConfig.from_params(params)``).
+      hooks: optional test hooks: ``after_point(carry, point_index) -> carry`` applied
+        after each evaluation point's checkpoint; ``stop_after_points`` (int) returns
+        early (simulates a killed run: no outputs written).
+      argv: the command-line arguments to record in run.json.
+
+    Returns:
+      dict with ``key``, ``resumed_from_rows``, ``records`` (per seed), ``failed``,
+      ``timing``, ``completed`` (False when stopped by a hook).
+    """
+    t_start = time.perf_counter()
+    hooks = hooks or {}
+    if agent is None:
+        agent, cfg = _default_agent(params)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ..schedule import Schedule, per_vector_step
+    from . import checkpoint as ckptlib
+    from . import loop as looplib
+    from . import recording
+
+    sched = Schedule()
+    seeds = list(params["seeds"])
+    rows, every = params["rows"], params["eval_every"]
+    total_steps = rows // NUM_ENVS
+    steps_per_point = every // NUM_ENVS
+    chunk_steps = chunk_steps_for(steps_per_point)
+    chunks_per_point = steps_per_point // chunk_steps
+    n_chunks = total_steps // chunk_steps
+    counts_all = np.asarray(per_vector_step(total_steps, sched), np.int32)
+    run_params = {k: params[k] for k in RUN_KEYS}
+    cfg_dict = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))
+    schedule = dict(dataclasses.asdict(sched), ratio=sched.ratio,
+                    updates_at_points=[int(counts_all[:p // NUM_ENVS].sum())
+                                       for p in paramslib.eval_points(params)],
+                    chunk_steps=chunk_steps)
+    key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)))
+    ckdir = Path(work_dir) / key
+
+    progs = looplib.build(agent, cfg, capacity=total_steps, chunk_steps=chunk_steps,
+                          eval_episodes=params["eval_episodes"], s=sched)
+    keys = [looplib.seed_keys(s) for s in seeds]
+    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+
+    t0 = time.perf_counter()
+    init_c = progs.init.lower(stacked).compile()
+    carry_shape = jax.eval_shape(progs.init, stacked)
+    counts0 = jnp.zeros((chunk_steps,), jnp.int32)
+    chunk_c = progs.chunk.lower(carry_shape, counts0).compile()
+    point_c = progs.point.lower(carry_shape).compile()
+    compile_s = time.perf_counter() - t0
+    _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, {chunk_steps} vector steps "
+         f"per chunk, key {key})")
+
+    loaded = ckptlib.load(ckdir, carry_shape) if ckdir.exists() else None
+    if loaded is not None:
+        carry_np, host = loaded
+        carry = jax.tree.map(jnp.asarray, carry_np)
+        resumed = host["chunk"] * chunk_steps * NUM_ENVS
+        _log(f"resuming from the checkpoint at rows {resumed} (key {key})")
+    else:
+        carry = init_c(stacked)
+        host = {"chunk": 0, "records": {str(s): [] for s in seeds},
+                "episodes": {str(s): [] for s in seeds}, "failed": {}}
+        resumed = 0
+        _log(f"starting clean (no checkpoint under key {key})")
+
+    t_loop = time.perf_counter()
+    start_chunk = host["chunk"]
+    updates_before = int(counts_all[:start_chunk * chunk_steps].sum())
+    total_updates = int(counts_all.sum())
+    points_done = 0
+    stopped = False
+    for c in range(start_chunk, n_chunks):
+        first = c * chunk_steps
+        counts = jnp.asarray(counts_all[first:first + chunk_steps])
+        carry, ep = chunk_c(carry, counts)
+        ep = jax.device_get(ep)
+        for i, s in enumerate(seeds):
+            host["episodes"][str(s)] += recording.episodes_from_chunk(ep, first, i, s)
+        if (c + 1) % chunks_per_point:
+            _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds),
+                      t_loop)
+            continue
+        carry, report = point_c(carry)
+        report = jax.device_get(report)
+        for i, s in enumerate(seeds):
+            k = str(s)
+            if k in host["failed"]:
+                continue
+            reason = recording.health_reason(report, i)
+            rec = recording.make_record(report, i, s, NUM_ENVS, host["episodes"][k],
+                                        getattr(cfg, "retnorm_limit", 1.0), reason is not None)
+            host["records"][k].append(rec)
+            if reason:
+                host["failed"][k] = f"rows {rec['rows']}: {reason}"
+                _log(f"seed {s} FAILED at rows {rec['rows']}: {reason}")
+        host["chunk"] = c + 1
+        ckptlib.save(ckdir, carry, host)
+        _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds), t_loop,
+                  evals={s: host["records"][str(s)][-1]["eval_mean"] for s in seeds
+                         if host["records"][str(s)]})
+        points_done += 1
+        if "after_point" in hooks:
+            carry = hooks["after_point"](carry, c // chunks_per_point)
+        if hooks.get("stop_after_points") and points_done >= hooks["stop_after_points"]:
+            stopped = True
+            break
+
+    wall = time.perf_counter() - t_start
+    loop_s = time.perf_counter() - t_loop
+    ran_updates = int(counts_all[:host["chunk"] * chunk_steps].sum()) - updates_before
+    timing = {
+        "compile_s": compile_s, "wall_s": wall, "loop_s": loop_s,
+        "updates_this_session": ran_updates,
+        "seed_updates_per_s": ran_updates * len(seeds) / loop_s if loop_s > 0 else None,
+        "resumed_from_rows": resumed, "seeds": len(seeds),
+    }
+    result = {"key": key, "resumed_from_rows": resumed, "records": host["records"],
+              "episodes": host["episodes"], "failed": dict(host["failed"]), "timing": timing,
+              "completed": not stopped}
+    if stopped:
+        return result
+    agent_state = carry["agent"]
+    final_params = jax.device_get(looplib.field(agent_state, "params"))
+    _write_outputs(Path(out), run_params, cfg_dict, host, final_params, seeds, timing,
+                   argv or {}, schedule)
+    _log(f"done: {rows} rows, {total_updates} updates per seed, wall {_fmt_s(wall)}; "
+         f"outputs in {out}")
+    return result
+
+
+def _progress(c, chunk_steps, counts_all, updates_before, total_updates, n_seeds, t_loop,
+              evals=None):
+    done_steps = (c + 1) * chunk_steps
+    upd = int(counts_all[:done_steps].sum())
+    el = time.perf_counter() - t_loop
+    ran = upd - updates_before
+    rate = ran * n_seeds / el if el > 0 else 0.0
+    eta = (total_updates - upd) * n_seeds / rate if rate > 0 else float("nan")
+    msg = (f"rows {done_steps * NUM_ENVS}/{len(counts_all) * NUM_ENVS}  updates {upd}/"
+           f"{total_updates}  {rate:.2f} seed-updates/s  ETA {_fmt_s(eta)}")
+    if evals:
+        msg += "  eval " + " ".join(f"s{s}={v:.1f}" for s, v in evals.items())
+    _log(msg)
+
+
+def main(argv=None) -> int:
+    """Command-line entry point; returns the exit code (2 on bad input)."""
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.candidate.run",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", default="params.yaml", help="the params file")
+    ap.add_argument("--out", required=True, help="output directory, e.g. results/<round>/candidate")
+    ap.add_argument("--work-dir", default=".work/candidate",
+                    help="checkpoint root (git-ignored, outside the stage's outputs)")
+    args = ap.parse_args(argv)
+    try:
+        params = paramslib.load(args.params)
+        out, work = Path(args.out).resolve(), Path(args.work_dir).resolve()
+        if out == work or out in work.parents:
+            raise RunParamsError(f"--work-dir {args.work_dir} must not lie inside --out "
+                                 f"{args.out} (DVC deletes stage outputs before a run)")
+    except FileNotFoundError as e:
+        print(f"error: params file not found: {e.filename}", file=sys.stderr)
+        return 2
+    except (paramslib.ParamsError, RunParamsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from ..provenance import REPO_ROOT, relative_to_roots
+    roots = {"repo": REPO_ROOT, "cwd": Path.cwd()}
+    run(params, args.out, args.work_dir,
+        argv={"params": relative_to_roots(args.params, roots),
+              "out": relative_to_roots(args.out, roots),
+              "work_dir": relative_to_roots(args.work_dir, roots)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
