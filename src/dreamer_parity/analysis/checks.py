@@ -1,0 +1,261 @@
+"""Checks on the runs of a round (PROTOCOL.md 5.3, adapted to this repository's records).
+
+Each check yields a :class:`Check` with status
+
+* ``PASS``;
+* ``FAIL``: the stage fails (``compare`` exits 1 after writing its outputs);
+* ``FLAG``: a result that needs attention but is not an error (a seed whose run
+  failed; it is scored by ``stats.failed_rule``);
+* ``N/A``: the data needed are not in this layout (published runs carry no episodes
+  or training metrics), with the reason.  Never counted as a pass.
+
+The evaluation rows themselves are required before any check runs
+(:func:`dreamer_parity.analysis.load.check_eval_rows` raises on a mismatch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dreamer_parity import schedule
+from dreamer_parity.analysis.load import Run
+
+__all__ = ["Check", "run_checks", "REFERENCE_COMMIT", "MAX_LENGTH"]
+
+#: The reference commit (danijar/dreamerv3).
+REFERENCE_COMMIT = "29eb964e2918a3f4db04086f7f51b60388e97f3d"
+#: CartPole-v1 episode cap (steps).
+MAX_LENGTH = 500
+NUM_ENVS = 16
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check result: ``name``, ``status`` (PASS/FAIL/FLAG/N/A), ``detail``, and the
+    ``side`` / ``seed`` it concerns (None for round-level checks)."""
+
+    name: str
+    status: str
+    detail: str
+    side: str | None = None
+    seed: int | None = None
+
+    def line(self) -> str:
+        who = f"{self.side} s{self.seed}: " if self.side is not None and self.seed is not None else (
+            f"{self.side}: " if self.side else "")
+        return f"{self.status:<4}  {who}{self.name}: {self.detail}"
+
+
+def _lookup(run_info: dict | None, names: tuple[str, ...]):
+    """First value found for any of ``names`` (dotted or bare) in run.json args, then config."""
+    if not run_info:
+        return False, None
+    for part in ("args", "config"):
+        d = run_info.get(part) or {}
+        if not isinstance(d, dict):
+            continue
+        for name in names:
+            if name in d:
+                return True, d[name]
+            node, ok = d, True
+            for key in name.split("."):
+                if isinstance(node, dict) and key in node:
+                    node = node[key]
+                else:
+                    ok = False
+                    break
+            if ok:
+                return True, node
+    return False, None
+
+
+def _expected(params: dict, side: str, seed: int) -> dict:
+    exp = {("seed",): seed, ("profile",): params["profile"], ("rows",): params["rows"],
+           ("eval_every",): params["eval_every"], ("eval_episodes",): params["eval_episodes"]}
+    if side == "candidate":
+        exp[("decode",)] = params["decode"]
+    else:
+        exp[("reference.decode", "decode")] = params["reference"]["decode"]
+        exp[("reference.sampler", "sampler")] = params["reference"]["sampler"]
+    return exp
+
+
+def _config_check(params: dict, run: Run) -> Check:
+    wrong, absent = [], []
+    for names, want in _expected(params, run.side, run.seed).items():
+        found, got = _lookup(run.run_info, names)
+        if not found:
+            absent.append(names[0])
+        elif got != want:
+            wrong.append(f"{names[0]} {got!r} != {want!r}")
+    if wrong:
+        return Check("config equals the round's parameters", "FAIL", "; ".join(wrong), run.side, run.seed)
+    if absent and run.source == "published":
+        where = "patched at run time: " + run.run_info["patch"] if run.run_info.get("patch") else \
+            "not recorded in the published files"
+        return Check("config equals the round's parameters", "N/A",
+                     f"recorded values match; {', '.join(absent)} {where}", run.side, run.seed)
+    if absent:
+        return Check("config equals the round's parameters", "FAIL",
+                     f"run.json records no {', '.join(absent)} (args or config)", run.side, run.seed)
+    return Check("config equals the round's parameters", "PASS",
+                 "profile, rows, eval_every, eval_episodes, seed" +
+                 (", decode" if run.side == "candidate" else ", decode, sampler"), run.side, run.seed)
+
+
+def _provenance_check(run: Run) -> Check:
+    prov = (run.run_info or {}).get("provenance") or {}
+    name = "provenance"
+    if run.side == "reference":
+        tree = prov.get("reference") or prov.get("reference_checkout") or {}
+        commit, dirty = tree.get("commit"), tree.get("dirty")
+        if not commit:
+            return Check(name, "FAIL", "no reference commit recorded", run.side, run.seed)
+        if len(commit) < 7 or not REFERENCE_COMMIT.startswith(commit):
+            return Check(name, "FAIL", f"reference at {commit[:12]}, expected 29eb964", run.side, run.seed)
+        if dirty is True:
+            return Check(name, "FAIL", "reference checkout at 29eb964 is dirty", run.side, run.seed)
+        if dirty is None:
+            if run.source == "published":
+                return Check(name, "PASS", "reference at 29eb964 (launch_info.txt; its dirty flag is "
+                             "not recorded there)", run.side, run.seed)
+            return Check(name, "FAIL", "reference at 29eb964 but its dirty flag is not recorded",
+                         run.side, run.seed)
+        return Check(name, "PASS", "reference at 29eb964, clean", run.side, run.seed)
+    tree = prov.get("repo") or {}
+    commit, dirty = tree.get("commit"), tree.get("dirty")
+    if not commit:
+        return Check(name, "FAIL", "no candidate commit recorded", run.side, run.seed)
+    return Check(name, "PASS", f"candidate at {commit[:12]}, dirty {dirty}", run.side, run.seed)
+
+
+def _completion_check(params: dict, run: Run) -> Check:
+    name = "completion marker"
+    if run.source == "published":
+        if run.side == "reference" and run.timing and "t_end" in run.timing:
+            return Check(name, "PASS", "published: timing.json has t_end (written after the flush step)",
+                         run.side, run.seed)
+        return Check(name, "N/A", "published layout has no completion marker", run.side, run.seed)
+    if run.status == "failed":
+        return Check(name, "FLAG", f"run failed ({run.reason}); evaluation points from row "
+                     f"{run.failed_row} count as return 0 (failed_rule {params['stats']['failed_rule']})",
+                     run.side, run.seed)
+    return Check(name, "PASS", "DONE.json status ok", run.side, run.seed)
+
+
+def _updates_check(run: Run) -> Check:
+    rows = run.evals["rows"].tolist()
+    want = schedule.updates_at(rows)
+    got = run.evals["updates"].tolist()
+    bad = [f"{r}: {g} != {w}" for r, g, w in zip(rows, got, want) if g != w]
+    if bad:
+        return Check("updates equal the schedule", "FAIL", "; ".join(bad[:5]) +
+                     (f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""), run.side, run.seed)
+    return Check("updates equal the schedule", "PASS",
+                 f"{len(rows)} records, {got[-1] if got else 0} updates at row {rows[-1] if rows else 0}",
+                 run.side, run.seed)
+
+
+def _eval_episodes_check(params: dict, run: Run) -> Check:
+    name = f"every evaluation holds {params['eval_episodes']} episodes"
+    n = run.evals["n_episodes"].to_numpy()
+    ok = run.evals["status"].to_numpy() == "ok"
+    if np.isnan(n).all():
+        return Check(name, "N/A", "per-episode evaluation returns not logged (published)", run.side, run.seed)
+    bad = [int(r) for r, k, o in zip(run.evals["rows"], n, ok) if o and k != params["eval_episodes"]]
+    if bad:
+        return Check(name, "FAIL", f"rows {bad} hold another number of episodes", run.side, run.seed)
+    return Check(name, "PASS", f"{int(ok.sum())} evaluations", run.side, run.seed)
+
+
+def _episode_checks(params: dict, run: Run) -> list[Check]:
+    if run.episodes is None:
+        reason = run.unavailable.get("episodes", "no episode log")
+        return [Check("episodes consistent (length == score <= 500, terminal, tiling)", "N/A", reason,
+                      run.side, run.seed),
+                Check("flush step and unfinished tail", "N/A", reason, run.side, run.seed)]
+    ep = run.episodes
+    out = []
+    problems = []
+    if len(ep):
+        if ((ep["worker"] < 0) | (ep["worker"] >= NUM_ENVS)).any():
+            problems.append(f"worker outside 0..{NUM_ENVS - 1}")
+        if (ep["length"].astype(np.float64) != ep["score"]).any():
+            i = int(np.nonzero((ep["length"].astype(np.float64) != ep["score"]).to_numpy())[0][0])
+            problems.append(f"length != score (episodes.jsonl line {i + 1})")
+        bad_len = ((ep["length"] < 1) | (ep["length"] > MAX_LENGTH)).to_numpy()
+        if bad_len.any():
+            problems.append(f"length outside 1..{MAX_LENGTH} (line {int(np.nonzero(bad_len)[0][0]) + 1})")
+        nonterm = ((~ep["terminal"]) & (ep["length"] != MAX_LENGTH)).to_numpy()
+        if nonterm.any():
+            problems.append(f"non-terminal episode shorter than {MAX_LENGTH} (line "
+                            f"{int(np.nonzero(nonterm)[0][0]) + 1})")
+    tiling = []
+    last_end = {}
+    for w in range(NUM_ENVS):
+        e = ep[ep["worker"] == w].sort_values("row_last", kind="stable")
+        rl, ln = e["row_last"].to_numpy(), e["length"].to_numpy()
+        if len(rl):
+            starts = np.concatenate([[-1], rl[:-1]])
+            gaps = rl - starts - 1  # rows of the episode beyond its reset row
+            if (gaps != ln).any():
+                k = int(np.nonzero(gaps != ln)[0][0])
+                tiling.append(f"env {w}: episode ending at row {int(rl[k])} has length {int(ln[k])}, "
+                              f"spans {int(gaps[k]) + 1} rows")
+            last_end[w] = int(rl[-1])
+    problems += tiling[:3]
+    status = "FAIL" if problems else "PASS"
+    out.append(Check("episodes consistent (length == score <= 500, terminal, tiling)", status,
+                     "; ".join(problems) if problems else f"{len(ep)} episodes tile each env's rows "
+                     "(L + 1 rows each)", run.side, run.seed))
+
+    name = "flush step and unfinished tail"
+    if run.status == "failed":
+        out.append(Check(name, "N/A", "run failed before its last row", run.side, run.seed))
+        return out
+    last_row = params["rows"] // NUM_ENVS
+    bad = []
+    for w in range(NUM_ENVS):
+        end = last_end.get(w, -1)
+        tail = last_row - end  # rows after the env's last finished episode, up to row rows/16
+        if end > last_row:
+            bad.append(f"env {w} has an episode ending at row {end} > {last_row}")
+        elif tail > MAX_LENGTH:
+            bad.append(f"env {w}: {tail} rows after its last episode end (at most {MAX_LENGTH})")
+    flush_n = int((ep["row_last"] == last_row).sum()) if len(ep) else 0
+    detail = f"every env's last episode ends at or before row {last_row}; {flush_n} end at it"
+    if run.timing and "flush_episodes" in run.timing:
+        if run.timing["flush_episodes"] != flush_n:
+            bad.append(f"timing.json flush_episodes {run.timing['flush_episodes']} != {flush_n} "
+                       f"episodes with row_last {last_row}")
+        else:
+            detail += " (= timing.json flush_episodes)"
+    out.append(Check(name, "FAIL" if bad else "PASS", "; ".join(bad[:3]) if bad else detail,
+                     run.side, run.seed))
+    return out
+
+
+def run_checks(params: dict, ref_runs: list[Run], cand_runs: list[Run]) -> list[Check]:
+    """All checks of a round, in a stable order (round-level first, then per run).
+
+    Args:
+      params: the validated params (:func:`dreamer_parity.params.load`).
+      ref_runs, cand_runs: the loaded runs (rows already checked by ``check_eval_rows``).
+
+    Returns:
+      A list of :class:`Check`.
+    """
+    from dreamer_parity.params import eval_points
+    pts = eval_points(params)
+    out = [Check("same evaluation rows on both sides", "PASS",
+                 f"{len(pts)} points {pts[0]}..{pts[-1]} every {params['eval_every']}")]
+    for run in list(ref_runs) + list(cand_runs):
+        out.append(_completion_check(params, run))
+        out.append(_config_check(params, run))
+        out.append(_provenance_check(run))
+        out.append(_updates_check(run))
+        out.append(_eval_episodes_check(params, run))
+        out.extend(_episode_checks(params, run))
+    return out

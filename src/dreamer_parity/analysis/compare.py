@@ -1,0 +1,187 @@
+"""Analyse a round: statistics, checks, DVC metrics, plot data, figures and report.
+
+Command line (the DVC stage ``compare``)::
+
+    python -m dreamer_parity.analysis.compare --params params.yaml \\
+        --reference DIR --candidate DIR --metrics-dir metrics \\
+        --plots-dir metrics/plots --report results/report.md \\
+        [--prereg docs/rounds/<round>.md]
+
+Each DIR holds ``s<seed>/`` run directories (:mod:`dreamer_parity.records`) or is a
+directory of the published study (``ref_s<S>/evals.jsonl``, ``ajax/s<S>/evals.jsonl``),
+detected automatically.  When params ``reference.source`` is a path instead of
+``run``, that path is the reference side (it wins over ``--reference``, and the
+report says so).
+
+Outputs (fixed names): ``<metrics>/summary.json`` (flat keys, no NaN: null plus a
+``.reason`` key), ``<plots>/eval_curve.csv``, ``<plots>/entropy_windows.csv``,
+``<plots>/eval_curves.png``, ``<plots>/s2_curve.png``, ``<plots>/entropy_windows.png``
+and the report.
+
+Exit status:
+
+* 0: every check passed (``N/A`` and ``FLAG`` do not fail; both are listed);
+* 1: a check failed: every output is still written, with the failures listed in the
+  report and ``checks.failed`` of the summary, and the failed checks are printed on
+  stderr, so the DVC stage fails and the evidence stays inspectable;
+* 2: bad input (missing or malformed file, missing completion marker, evaluation rows
+  that differ from the round's or between sides, invalid params): one-line error on
+  stderr naming the file and line or the rows, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from dreamer_parity import params as params_mod
+from dreamer_parity import records
+from dreamer_parity.analysis import checks as checks_mod
+from dreamer_parity.analysis import stats
+from dreamer_parity.analysis.load import (AnalysisError, check_eval_rows, detect_layout,
+                                          display_path, load_side)
+
+__all__ = ["analyse", "write_outputs", "main"]
+
+
+def analyse(params: dict, reference_dir, candidate_dir) -> dict:
+    """Load both sides and compute every statistic and check of the round.
+
+    Args:
+      params: validated params (:func:`dreamer_parity.params.load`).
+      reference_dir, candidate_dir: side directories (records or published layout).
+
+    Returns:
+      A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
+      ``params, points, sides, eval, s1, s2, late, concordance, reading, windows,
+      entropy, checks``.  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
+
+    Raises:
+      AnalysisError / RecordError: bad input, before any statistic is computed.
+    """
+    seeds = params["seeds"]
+    st = params["stats"]
+    rule = st["failed_rule"]
+    points = params_mod.eval_points(params)
+    sides = {}
+    for side, d in (("reference", reference_dir), ("candidate", candidate_dir)):
+        layout = detect_layout(d, side)
+        runs = load_side(d, side, seeds, layout)
+        check_eval_rows(runs, points)
+        sides[side] = {"dir": display_path(d), "layout": layout, "runs": runs}
+    ref, cand = sides["reference"]["runs"], sides["candidate"]["runs"]
+    for key in ("s1_rows", "concordance_rows"):
+        bad = [r for r in st[key] if r not in points]
+        if bad:
+            raise AnalysisError(f"stats.{key}: rows {bad} are not evaluation points of the runs")
+
+    ev = {"reference": stats.eval_matrix(ref, points, rule), "candidate": stats.eval_matrix(cand, points, rule)}
+    out = {"params": params, "points": points, "sides": sides, "eval": ev}
+
+    s1 = {"reference": stats.s1_values(ref, st["s1_rows"], rule),
+          "candidate": stats.s1_values(cand, st["s1_rows"], rule)}
+    out["s1"] = {"rows": list(st["s1_rows"]), "values": s1,
+                 "decision": stats.decide(s1["candidate"], s1["reference"], "S1")}
+
+    no_eps = [r for r in ref + cand if r.episodes is None]
+    if no_eps:
+        out["s2"] = {"reason": f"S2 not available: {no_eps[0].side} seed {no_eps[0].seed}: "
+                               f"{no_eps[0].unavailable.get('episodes', 'no episode log')}",
+                     "row": points[-1]}
+    else:
+        mats = {"reference": stats.s2_matrix(ref, points, rule), "candidate": stats.s2_matrix(cand, points, rule)}
+        last = {k: v[:, -1] for k, v in mats.items()}
+        out["s2"] = {"reason": None, "row": points[-1], "curve": mats, "values": last,
+                     "decision": stats.decide(last["candidate"], last["reference"], f"S2({points[-1]})")}
+
+    if st["late_rows"]:
+        lp = stats.late_points(points, st["late_rows"])
+        lv = {"reference": stats.late_values(ref, points, st["late_rows"], rule),
+              "candidate": stats.late_values(cand, points, st["late_rows"], rule)}
+        out["late"] = {"rows": list(st["late_rows"]), "points": lp, "values": lv, "reason": None,
+                       "decision": stats.decide(lv["candidate"], lv["reference"], "LATE")}
+    else:
+        out["late"] = {"rows": [], "reason": "not pre-registered for this round (stats.late_rows empty)"}
+
+    conc = stats.concordance(ev["reference"], ev["candidate"], points, st["good_return"],
+                             st["concordance_rows"], st["concordance_range"])
+    out["concordance"] = conc
+    out["reading"] = stats.round3_reading(conc, out["late"].get("decision"), points[-1])
+
+    table, reason = stats.windows_table(ref, cand)
+    out["windows"] = {"table": table, "reason": reason}
+    n_ov, n_win = stats.overlap_count(table, stats.ENTROPY)
+    ent_reason = reason if table is None else (
+        None if n_win else f"{stats.ENTROPY} not reported by both sides")
+    out["entropy"] = {"overlap": n_ov, "windows": n_win, "reason": ent_reason}
+
+    out["checks"] = checks_mod.run_checks(params, ref, cand)
+    out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]
+                           for s, runs in (("reference", ref), ("candidate", cand))}
+    return out
+
+
+def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None,
+                  notes: list[str] | None = None, figures: bool = True) -> None:
+    """Write summary.json, the plot CSVs, the PNG figures and the report (atomically)."""
+    from dreamer_parity.analysis import metrics_out, report
+    metrics_out.write_summary(result, Path(metrics_dir) / "summary.json")
+    metrics_out.write_plot_data(result, Path(plots_dir))
+    if figures:
+        from dreamer_parity.analysis import plots
+        plots.write_figures(result, Path(plots_dir))
+    report.write_report(result, Path(report_path), prereg=prereg, notes=notes or [],
+                        plots_dir=Path(plots_dir))
+
+
+def main(argv=None) -> int:
+    """CLI entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input)."""
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.analysis.compare",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--reference", default=None, help="reference side directory")
+    ap.add_argument("--candidate", required=True, help="candidate side directory")
+    ap.add_argument("--metrics-dir", default="metrics")
+    ap.add_argument("--plots-dir", default="metrics/plots")
+    ap.add_argument("--report", default="results/report.md")
+    ap.add_argument("--prereg", default=None, help="the round's pre-registration file")
+    args = ap.parse_args(argv)
+    notes = []
+    try:
+        params = params_mod.load(args.params)
+        ref_dir = args.reference
+        src = params["reference"]["source"]
+        if src != "run":
+            if ref_dir is not None and Path(ref_dir).resolve() != Path(src).resolve():
+                notes.append(f"params reference.source = {src} replaces --reference {display_path(ref_dir)}")
+            ref_dir = src
+        if ref_dir is None:
+            raise AnalysisError("--reference: required when params reference.source is 'run'")
+        if args.prereg is not None and not Path(args.prereg).exists():
+            raise AnalysisError(f"--prereg {args.prereg}: not found")
+        result = analyse(params, ref_dir, args.candidate)
+    except (AnalysisError, records.RecordError, params_mod.ParamsError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write_outputs(result, args.metrics_dir, args.plots_dir, args.report, prereg=args.prereg, notes=notes)
+    failed = [c for c in result["checks"] if c.status == "FAIL"]
+    for c in result["checks"]:
+        if c.status == "FLAG":
+            print(f"flag: {c.line()}", file=sys.stderr)
+    if failed:
+        print(f"{len(failed)} check(s) failed:", file=sys.stderr)
+        for c in failed:
+            print(f"  {c.line()}", file=sys.stderr)
+        return 1
+    d = result["s1"]["decision"]
+    print(f"S1: A {d['A']:.1f}, reference [{d['lo']:.1f}, {d['hi']:.1f}], LEARNS {d['LEARNS']}, "
+          f"WITHIN_RANGE {d['WITHIN_RANGE']}; report {display_path(args.report)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""DVC metrics and plot data of a round (flat keys, no NaN or Infinity tokens).
+
+``summary.json`` holds one flat dict (keys with dots print well in ``dvc metrics
+show/diff``).  Per statistic ``X`` in ``S1``, ``S2`` (at the last row), ``LATE``:
+
+``X.A, X.lo, X.hi, X.LEARNS, X.WITHIN_RANGE, X.diff`` (mean candidate - mean reference),
+``X.welch_t, X.welch_p, X.welch_df, X.welch.reason``, ``X.reference.s<seed>``,
+``X.candidate.s<seed>``, ``X.reference.mean``, ``X.reason`` (whole statistic not
+available), and the additions (not pre-registered) ``X.addition.boot_lo``,
+``X.addition.boot_hi``, ``X.addition.boot.reason``, ``X.addition.seeds_needed``,
+``X.addition.effect``, ``X.addition.seeds_needed.reason``.
+
+Also ``concordance.<side>.at_<row>``, ``concordance.<side>.rate``,
+``concordance.H1/H3/candidate_better/reading`` (+ ``.reason``), ``entropy.overlap_windows``,
+``entropy.windows``, ``entropy.w<row>.overlap``, ``entropy.w<row>.ratio``, ``checks.*``,
+``failed_seeds.<side>``, ``failed_rule``.  Every null value has a ``*.reason`` key.
+
+``plots/eval_curve.csv``: ``rows, side, seed, eval_mean, s2`` (one row per evaluation
+point and seed; ``s2`` empty when undefined or not available).
+``plots/entropy_windows.csv``: ``rows, side, mean, lo, hi, overlap``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dreamer_parity import records
+from dreamer_parity.analysis import stats
+
+__all__ = ["summary", "write_summary", "write_plot_data", "eval_curve_frame", "entropy_frame",
+           "atomic_text"]
+
+
+def atomic_text(path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _num(x):
+    """A finite float/int/bool, or None (never NaN/Infinity)."""
+    if x is None:
+        return None
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _stat_keys(out: dict, name: str, block: dict | None, seeds: list[int]) -> None:
+    if block is None or block.get("reason") and "decision" not in block:
+        out[f"{name}.reason"] = (block or {}).get("reason") or "not computed"
+        return
+    d = block["decision"]
+    for side in ("reference", "candidate"):
+        vals = block["values"][side]
+        for s, v in zip(seeds, vals):
+            out[f"{name}.{side}.s{s}"] = _num(v)
+            if _num(v) is None:
+                out[f"{name}.{side}.s{s}.reason"] = "undefined (an env had no finished episode)" \
+                    if name == "S2" else "undefined"
+        m = _num(np.mean(vals)) if len(vals) and np.isfinite(vals).all() else None
+        out[f"{name}.{side}.mean"] = m
+    for key in ("A", "lo", "hi", "diff", "LEARNS", "WITHIN_RANGE"):
+        out[f"{name}.{key}"] = _num(d[key])
+    if d["reason"]:
+        out[f"{name}.reason"] = d["reason"]
+    w = d["welch"]
+    out[f"{name}.welch_t"], out[f"{name}.welch_p"], out[f"{name}.welch_df"] = \
+        _num(w["t"]), _num(w["p"]), _num(w["df"])
+    if w["reason"]:
+        out[f"{name}.welch.reason"] = w["reason"]
+    b, p = d["bootstrap"], d["power"]
+    out[f"{name}.addition.boot_lo"], out[f"{name}.addition.boot_hi"] = _num(b["lo"]), _num(b["hi"])
+    if b["reason"]:
+        out[f"{name}.addition.boot.reason"] = b["reason"]
+    out[f"{name}.addition.seeds_needed"] = _num(p["n"])
+    out[f"{name}.addition.effect"] = _num(p["effect"])
+    if p["reason"]:
+        out[f"{name}.addition.seeds_needed.reason"] = p["reason"]
+
+
+def summary(result: dict) -> dict:
+    """The flat metrics dict of a round (see the module docstring)."""
+    p = result["params"]
+    seeds = p["seeds"]
+    out = {"round": p["round"], "rows": p["rows"], "failed_rule": p["stats"]["failed_rule"]}
+    for side, runs in result["failed_seeds"].items():
+        out[f"failed_seeds.{side}"] = len(runs)
+    _stat_keys(out, "S1", result["s1"], seeds)
+    s2 = result["s2"]
+    out["S2.row"] = s2["row"]
+    _stat_keys(out, "S2", s2, seeds)
+    late = result["late"]
+    if late["rows"]:
+        out["LATE.first"], out["LATE.last"], out["LATE.points"] = late["rows"][0], late["rows"][1], \
+            len(late["points"])
+    _stat_keys(out, "LATE", late, seeds)
+
+    c = result["concordance"]
+    for row, counts in c["at"].items():
+        for side, n in counts.items():
+            out[f"concordance.{side}.at_{row}"] = n
+    for side, rate in c["rate"].items():
+        out[f"concordance.{side}.rate"] = _num(rate)
+    if c["reason"]:
+        out["concordance.rate.reason"] = c["reason"]
+    r = result["reading"]
+    for key in ("H1", "H3", "candidate_better", "reading"):
+        out[f"concordance.{key}"] = r[key]
+    out["concordance.needed_reference"] = r["needed_reference"]
+    if r["reason"]:
+        out["concordance.reading.reason"] = r["reason"]
+
+    e = result["entropy"]
+    out["entropy.overlap_windows"], out["entropy.windows"] = e["overlap"], e["windows"]
+    if e["reason"]:
+        out["entropy.reason"] = e["reason"]
+    t = result["windows"]["table"]
+    if t is not None:
+        for _, row in t[t["metric"] == stats.ENTROPY].iterrows():
+            out[f"entropy.w{row['rows']}.overlap"] = None if row["overlap"] is None else bool(row["overlap"])
+            out[f"entropy.w{row['rows']}.ratio"] = _num(row["ratio"])
+    counts = {}
+    for ch in result["checks"]:
+        counts[ch.status] = counts.get(ch.status, 0) + 1
+    out["checks.passed"] = counts.get("PASS", 0)
+    out["checks.failed"] = counts.get("FAIL", 0)
+    out["checks.flagged"] = counts.get("FLAG", 0)
+    out["checks.not_available"] = counts.get("N/A", 0)
+    return {k: (_num(v) if isinstance(v, (float, int, np.floating, np.integer, np.bool_)) else v)
+            for k, v in out.items()}
+
+
+def write_summary(result: dict, path) -> dict:
+    """Write ``summary.json`` atomically (``allow_nan=False``); returns the dict."""
+    s = summary(result)
+    records.write_json(path, s)
+    return s
+
+
+def eval_curve_frame(result: dict) -> pd.DataFrame:
+    """One row per (side, seed, evaluation point): ``rows, side, seed, eval_mean, s2``."""
+    pts = result["points"]
+    seeds = result["params"]["seeds"]
+    frames = []
+    for side in ("reference", "candidate"):
+        mat = result["eval"][side]
+        s2 = result["s2"].get("curve", {}).get(side)
+        for i, s in enumerate(seeds):
+            frames.append(pd.DataFrame({
+                "rows": pts, "side": side, "seed": s, "eval_mean": mat[i],
+                "s2": s2[i] if s2 is not None else np.full(len(pts), np.nan)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def entropy_frame(result: dict) -> pd.DataFrame:
+    """The actor-entropy windows: ``rows, side, mean, lo, hi, overlap`` (empty if absent)."""
+    t = result["windows"]["table"]
+    cols = ["rows", "side", "mean", "lo", "hi", "overlap"]
+    if t is None:
+        return pd.DataFrame(columns=cols)
+    e = t[t["metric"] == stats.ENTROPY]
+    rows = []
+    for _, r in e.iterrows():
+        for side in ("reference", "candidate"):
+            rows.append({"rows": r["rows"], "side": side, "mean": r[f"{side}_mean"],
+                         "lo": r[f"{side}_lo"], "hi": r[f"{side}_hi"], "overlap": r["overlap"]})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _csv(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, na_rep="", float_format="%.10g")
+    return buf.getvalue()
+
+
+def write_plot_data(result: dict, plots_dir) -> None:
+    """Write ``eval_curve.csv`` and ``entropy_windows.csv`` under ``plots_dir``."""
+    plots_dir = Path(plots_dir)
+    atomic_text(plots_dir / "eval_curve.csv", _csv(eval_curve_frame(result)))
+    atomic_text(plots_dir / "entropy_windows.csv", _csv(entropy_frame(result)))

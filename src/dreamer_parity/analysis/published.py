@@ -1,0 +1,194 @@
+"""The published study's result files, mapped onto the analysis' run tables.
+
+Layout of a published round directory (``shared/published/round1`` for example)::
+
+    ref_s<S>/evals.jsonl      reference: {"seed", "rows", "updates", "returns": [..],
+                              "lengths": [..], "mean", "len_mean", "wall_s"} per line
+    ref_s<S>/run_args.json    seed, rows, eval_every, eval_episodes, tiny, ...
+    ref_s<S>/timing.json      t_end (written after the flush step), flush_episodes, ...
+    ajax/s<S>/evals.jsonl     candidate side (the study's "ajax"): same fields,
+                              "returns": null (only the mean was logged)
+    ajax/config.json          run: {seeds, rows, log_every, eval_episodes, tiny, ...}
+    launch_info.txt           "reference: <...> @ <commit>", "ajax: <...> @ <commit>; ..."
+
+Published runs carry evaluations but no training episodes and no training-metric
+windows: :class:`~dreamer_parity.analysis.load.Run` fields ``episodes`` and ``train``
+are None and ``unavailable`` says why.
+
+:func:`parse_curve_table` reads the "Evaluation curve" table of a published
+``compare.md`` (used by the tests that reproduce the study's numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dreamer_parity.analysis.load import AnalysisError, Run, display_path
+
+__all__ = ["load_run", "read_evals", "read_launch_info", "parse_curve_table", "EMPTY_SHA1"]
+
+#: sha1 of the empty string: "uncommitted diff vs HEAD" of a clean tree.
+EMPTY_SHA1 = "da39a3ee5e6b4b0d3255bfef95601890afd80709"
+
+_NO_TRAIN = "published runs carry no training-metric windows"
+_NO_EPISODES = "published runs carry no episodes.jsonl (training episodes)"
+
+
+def read_evals(path) -> list[dict]:
+    """Read a published ``evals.jsonl``; AnalysisError names file and line when malformed."""
+    path = Path(path)
+    if not path.exists():
+        raise AnalysisError(f"{display_path(path)}: missing")
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        raise AnalysisError(f"{display_path(path)}:{text.count(chr(10)) + 1}: truncated line")
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise AnalysisError(f"{display_path(path)}:{i}: invalid JSON ({e})") from None
+        for key, types in (("seed", int), ("rows", int), ("updates", int),
+                           ("mean", (int, float))):
+            v = obj.get(key) if isinstance(obj, dict) else None
+            if isinstance(v, bool) or not isinstance(v, types):
+                raise AnalysisError(f"{display_path(path)}:{i}: field {key!r} missing or not a number")
+        if not np.isfinite(obj["mean"]):
+            raise AnalysisError(f"{display_path(path)}:{i}: field 'mean' is not finite")
+        ret = obj.get("returns")
+        if ret is not None and not isinstance(ret, list):
+            raise AnalysisError(f"{display_path(path)}:{i}: field 'returns' must be a list or null")
+        out.append(obj)
+    rows = [o["rows"] for o in out]
+    if any(b <= a for a, b in zip(rows, rows[1:])):
+        raise AnalysisError(f"{display_path(path)}: rows out of order")
+    return out
+
+
+def read_launch_info(path) -> dict:
+    """Parse ``launch_info.txt``: ``{"reference": {commit, dirty}, "candidate": {...}}``.
+
+    The candidate is clean when its "uncommitted diff vs HEAD sha1" is the empty-string
+    sha1; the reference's dirty flag is not recorded there (None).  Missing file: {}.
+    """
+    path = Path(path)
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^(reference|ajax):\s.*@\s*([0-9a-f]{7,40})(.*)$", line.strip())
+        if not m:
+            continue
+        dirty = None
+        d = re.search(r"sha1:\s*([0-9a-f]{40})", m.group(3))
+        if d:
+            dirty = d.group(1) != EMPTY_SHA1
+        out["reference" if m.group(1) == "reference" else "candidate"] = {
+            "commit": m.group(2), "dirty": dirty}
+    return out
+
+
+def _layout_dirs(directory: Path, side: str, seed: int) -> tuple[Path, Path]:
+    """(run directory, round directory) of one published run."""
+    if side == "reference":
+        return directory / f"ref_s{seed}", directory
+    if (directory / "ajax").is_dir():
+        return directory / "ajax" / f"s{seed}", directory
+    return directory / f"s{seed}", directory.parent
+
+
+def load_run(directory, side: str, seed: int) -> Run:
+    """Load one published run as a :class:`Run` (``source="published"``).
+
+    Args:
+      directory: the published round directory (``ref_s<S>/``, ``ajax/``), or for the
+        candidate the ``ajax`` directory itself.
+      side: ``"reference"`` or ``"candidate"`` (``ajax`` maps to candidate).
+      seed: the run seed.
+
+    Raises:
+      AnalysisError: the run's ``evals.jsonl`` is missing or malformed, or its seed
+      field disagrees with the directory.
+    """
+    directory = Path(directory)
+    run_dir, round_dir = _layout_dirs(directory, side, seed)
+    evals_path = run_dir / "evals.jsonl"
+    rows = read_evals(evals_path)
+    for i, o in enumerate(rows, 1):
+        if o["seed"] != seed:
+            raise AnalysisError(f"{display_path(evals_path)}:{i}: seed {o['seed']}, expected {seed}")
+    evals = pd.DataFrame({
+        "rows": np.array([o["rows"] for o in rows], dtype=np.int64),
+        "updates": np.array([o["updates"] for o in rows], dtype=np.int64),
+        "eval_mean": np.array([float(o["mean"]) for o in rows], dtype=np.float64),
+        "n_episodes": np.array([np.nan if o.get("returns") is None else len(o["returns"])
+                                for o in rows], dtype=np.float64),
+        "status": ["ok"] * len(rows),
+    })
+    timing = None
+    args: dict = {}
+    if side == "reference":
+        tpath = run_dir / "timing.json"
+        timing = json.loads(tpath.read_text()) if tpath.exists() else None
+        apath = run_dir / "run_args.json"
+        if apath.exists():
+            a = json.loads(apath.read_text())
+            args = {k: a[k] for k in ("seed", "rows", "eval_every", "eval_episodes") if k in a}
+            if "tiny" in a:
+                args["profile"] = "smoke" if a["tiny"] else "full"
+    else:
+        cpath = (run_dir.parent / "config.json")
+        tpath = run_dir.parent / "timing.json"
+        timing = json.loads(tpath.read_text()) if tpath.exists() else None
+        if cpath.exists():
+            r = json.loads(cpath.read_text()).get("run", {})
+            if seed in r.get("seeds", []):
+                args["seed"] = seed
+            for ours, theirs in (("rows", "rows"), ("eval_every", "log_every"),
+                                 ("eval_episodes", "eval_episodes")):
+                if theirs in r:
+                    args[ours] = r[theirs]
+            if "tiny" in r:
+                args["profile"] = "smoke" if r["tiny"] else "full"
+    patch = run_dir / "PATCH.txt"
+    if not patch.exists():
+        patch = run_dir.parent / "PATCH.txt"
+    launch = read_launch_info(round_dir / "launch_info.txt")
+    prov = {}
+    if side in launch:
+        prov["reference" if side == "reference" else "repo"] = launch[side]
+    run_info = {"args": args, "config": {}, "provenance": prov,
+                "patch": patch.read_text().strip() if patch.exists() else None}
+    return Run(side=side, seed=seed, source="published", label=display_path(run_dir),
+               status="ok", reason=None, failed_row=None, evals=evals,
+               eval_returns=[o.get("returns") for o in rows], train=None, episodes=None,
+               run_info=run_info, timing=timing,
+               unavailable={"train": _NO_TRAIN, "episodes": _NO_EPISODES})
+
+
+def parse_curve_table(compare_md, heading: str = "## Evaluation curve") -> pd.DataFrame:
+    """Parse a published ``compare.md`` curve table into a DataFrame indexed by rows.
+
+    Columns are the table's headers (``ref s0``, ..., ``ref mean``, ``ajax s0``, ...),
+    values float64 as printed (one decimal).  Raises AnalysisError when absent.
+    """
+    lines = Path(compare_md).read_text().splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    except StopIteration:
+        raise AnalysisError(f"{display_path(compare_md)}: no section {heading!r}") from None
+    table = []
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            table.append([c.strip() for c in line.strip().strip("|").split("|")])
+    header, body = table[0], [r for r in table[2:]]
+    df = pd.DataFrame([[float(c) for c in r[1:]] for r in body], columns=header[1:],
+                      index=pd.Index([int(r[0]) for r in body], name=header[0]))
+    return df

@@ -1,0 +1,308 @@
+"""The human-readable report of a round (``results/report.md``).
+
+Sections: sides and pre-registration, parameters, the pre-registered decision (S1,
+S2 at the last row, LATE), failed seeds and the rule used, per-seed values, the
+additions (bootstrap interval, seeds needed; not pre-registered), concordance and the
+round-3 reading, checks, known differences between the sides, evaluation and S2
+curves, the actor-entropy windows, activation/embed relative to the first window, and
+every training metric's window table.  No absolute path is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from dreamer_parity.analysis import stats
+from dreamer_parity.analysis.metrics_out import atomic_text
+
+__all__ = ["render", "write_report", "known_differences"]
+
+
+def _f(x, digits: int = 1) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    x = float(x)
+    if not np.isfinite(x):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def _g(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.4g}"
+
+
+def known_differences(params: dict, sides: dict) -> list[str]:
+    """Bullets naming the known differences between the two sides for these params."""
+    ref_dec, cand_dec = params["reference"]["decode"], params["decode"]
+    out = [
+        "**D1, asynchrony (reference only).** The reference acts with policy parameters that lag "
+        "the trained ones by one to two vector steps, prefetches its first training batch and "
+        "reports its metrics one call late (its metric windows hold updates n0-1 .. n1-1). The "
+        "candidate acts with the latest parameters. Evaluation uses the latest parameters on "
+        "both sides. Not removable without changing the reference.",
+    ]
+    if params["reference"]["sampler"] == "per_run":
+        out.append("**D2, replay sampler stream: removed.** The reference's uniform replay selector "
+                   "is seeded per run ([seed, 0x5EED]), as the candidate's sampler is seeded from the "
+                   "run seed.")
+    else:
+        out.append("**D2, shared replay-sampler stream (reference only).** Stock `make_replay` gives "
+                   "every reference run `Uniform(seed=0)`: the reference seeds share one replay index "
+                   "stream, so the reference [min, max] range comes from runs that are not fully "
+                   "independent. The candidate seeds its sampler from the run seed.")
+    out.append("**D3, update placement.** The reference may run an update between two envs' adds of "
+               "one vector step; the candidate runs a vector step's updates after its 16 rows are "
+               "added. Same update counts at every record (checked).")
+    if ref_dec == cand_dec:
+        out.append(f"**D22, two-hot expectation: same on both sides** (`{cand_dec}`: "
+                   + ("the exact mirror-difference form" if cand_dec == "exact" else
+                      "the reference's literal mirror-pair sum") + ").")
+    else:
+        out.append(f"**D22, two-hot expectation differs.** Candidate `{cand_dec}`, reference "
+                   f"`{ref_dec}`. Under jit the reference's literal mirror-pair sum is contracted "
+                   "into fused multiply-adds and adds noise (std about 0.085) to reward and value "
+                   "predictions early in training; actor and critic statistics are affected.")
+    out.append("**Evaluation draws.** Both sides evaluate fresh environments with the same protocol "
+               "but different random streams (numpy on the reference side, JAX on the candidate).")
+    if any(s["layout"] == "published" for s in sides.values()):
+        out.append("**Published side.** A published side is the study's own run (its candidate "
+                   "was the Ajax implementation at 5cb0738): evaluations only, no episodes or "
+                   "training-metric windows.")
+    return out
+
+
+def _decision_rows(result: dict) -> list[str]:
+    lines = ["| statistic | A (candidate mean) | reference [lo, hi] | LEARNS | WITHIN_RANGE | "
+             "Welch t | Welch p |", "|---|---|---|---|---|---|---|"]
+    blocks = [("S1", result["s1"]), (f"S2({result['s2']['row']})", result["s2"]),
+              ("LATE", result["late"])]
+    for name, b in blocks:
+        if "decision" not in b:
+            lines.append(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a ({b['reason']}) |")
+            continue
+        d = b["decision"]
+        w = d["welch"]
+        p = _g(w["p"]) if w["p"] is not None else f"n/a ({w['reason']})"
+        lines.append(f"| {name} | {_f(d['A'])} | [{_f(d['lo'])}, {_f(d['hi'])}] | {_f(d['LEARNS'])} | "
+                     f"{_f(d['WITHIN_RANGE'])} | {_f(w['t'], 3)} | {p} |")
+    return lines
+
+
+def _per_seed(result: dict) -> list[str]:
+    seeds = result["params"]["seeds"]
+    cols = [("S1", result["s1"]), (f"S2({result['s2']['row']})", result["s2"]), ("LATE", result["late"])]
+    cols = [(n, b) for n, b in cols if "values" in b]
+    head = "| seed | " + " | ".join(f"reference {n} | candidate {n}" for n, _ in cols) + " |"
+    lines = [head, "|---|" + "---|---|" * len(cols)]
+    for i, s in enumerate(seeds):
+        cells = []
+        for _, b in cols:
+            cells += [_f(b["values"]["reference"][i]), _f(b["values"]["candidate"][i])]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    cells = []
+    for _, b in cols:
+        for side in ("reference", "candidate"):
+            v = b["values"][side]
+            cells.append(_f(np.mean(v)) if np.isfinite(v).all() else "n/a")
+    lines.append("| mean | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _additions(result: dict) -> list[str]:
+    lines = ["| statistic | difference (candidate - reference) | bootstrap 95% interval | "
+             "effect (d) | seeds per side for 80% power |", "|---|---|---|---|---|"]
+    for name, b in (("S1", result["s1"]), ("S2", result["s2"]), ("LATE", result["late"])):
+        if "decision" not in b:
+            continue
+        d = b["decision"]
+        bo, pw = d["bootstrap"], d["power"]
+        ci = f"[{_f(bo['lo'])}, {_f(bo['hi'])}]" if bo["lo"] is not None else f"n/a ({bo['reason']})"
+        n = str(pw["n"]) if pw["n"] is not None else f"n/a ({pw['reason']})"
+        lines.append(f"| {name} | {_f(d['diff'])} | {ci} | {_f(pw['effect'], 2)} | {n} |")
+    return lines
+
+
+def _curve_table(result: dict, key: str) -> list[str]:
+    seeds = result["params"]["seeds"]
+    pts = result["points"]
+    mats = result["eval"] if key == "eval" else result["s2"]["curve"]
+    head = ["rows"] + [f"ref s{s}" for s in seeds] + ["ref mean"] + [f"cand s{s}" for s in seeds] + ["cand mean"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for j, r in enumerate(pts):
+        cells = [str(r)]
+        for side in ("reference", "candidate"):
+            col = mats[side][:, j]
+            cells += [_f(v) for v in col]
+            cells.append(_f(col.mean()) if np.isfinite(col).all() else "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _window_table(t, metric: str, digits: int = 4) -> list[str]:
+    sub = t[t["metric"] == metric]
+    lines = ["| window end (rows) | reference mean [min, max] | candidate mean [min, max] | "
+             "candidate / reference | ranges overlap |", "|---|---|---|---|---|"]
+    for _, r in sub.iterrows():
+        cells = [str(r["rows"])]
+        for side in ("reference", "candidate"):
+            cells.append(f"{_f(r[side + '_mean'], digits)} [{_f(r[side + '_lo'], digits)}, "
+                         f"{_f(r[side + '_hi'], digits)}]")
+        cells += [_f(r["ratio"], 3), "n/a" if r["overlap"] is None else str(bool(r["overlap"]))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _metrics_overview(t) -> list[str]:
+    lines = ["| metric | windows with overlapping seed ranges | ratio first window | ratio last window |",
+             "|---|---|---|---|"]
+    for m, sub in t.groupby("metric", sort=True):
+        ov = sub["overlap"].dropna()
+        lines.append(f"| `{m}` | {int(ov.astype(bool).sum())} of {len(ov)} | "
+                     f"{_f(sub['ratio'].iloc[0], 3)} | {_f(sub['ratio'].iloc[-1], 3)} |")
+    return lines
+
+
+def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
+           figure_links: dict | None = None) -> str:
+    """The report as Markdown text (see the module docstring)."""
+    p = result["params"]
+    st = p["stats"]
+    L = [f"# Round `{p['round']}`: reference against candidate", ""]
+    ref, cand = result["sides"]["reference"], result["sides"]["candidate"]
+    L += [f"* Reference: `{ref['dir']}` ({ref['layout']} layout); candidate: `{cand['dir']}` "
+          f"({cand['layout']} layout).",
+          f"* Pre-registration: [{prereg_link}]({prereg_link})" if prereg_link else
+          "* Pre-registration: none given for this round.",
+          f"* Seeds {p['seeds']}; {p['rows']} rows; evaluation every {p['eval_every']} rows with "
+          f"{p['eval_episodes']} episodes; profile `{p['profile']}`; candidate decode `{p['decode']}`; "
+          f"reference decode `{p['reference']['decode']}`, sampler `{p['reference']['sampler']}`."]
+    L += [f"* Note: {n}" for n in notes]
+    L += ["", "## Parameters", "", "| key | value |", "|---|---|"]
+    for k, v in (("round", p["round"]), ("decode", p["decode"]), ("profile", p["profile"]),
+                 ("seeds", p["seeds"]), ("rows", p["rows"]), ("eval_every", p["eval_every"]),
+                 ("eval_episodes", p["eval_episodes"])):
+        L.append(f"| {k} | {v} |")
+    for k, v in p["reference"].items():
+        L.append(f"| reference.{k} | {v} |")
+    for k, v in st.items():
+        L.append(f"| stats.{k} | {v} |")
+
+    L += ["", "## Pre-registered decision", "",
+          f"Rule (PROTOCOL.md 5.2): A = mean over candidate seeds, [lo, hi] = [min, max] over "
+          f"reference seeds; LEARNS = A >= lo; WITHIN_RANGE = lo <= A <= hi; Welch's two-sided "
+          f"t-test on the per-seed values. S1 rows {st['s1_rows']}; S2 at row {result['s2']['row']}; "
+          + (f"LATE over [{st['late_rows'][0]}, {st['late_rows'][1]}] ({len(result['late']['points'])} "
+             f"points)." if st["late_rows"] else f"LATE: {result['late']['reason']}."), ""]
+    L += _decision_rows(result)
+    L += ["", "### Failed seeds", "",
+          f"Rule used: `failed_rule = {st['failed_rule']}`: a seed whose run failed scores return 0 "
+          "at its failing evaluation point and every later one (S1, S2, LATE, concordance); it is "
+          "never dropped and never scored 500."]
+    any_failed = False
+    for side, lst in result["failed_seeds"].items():
+        for seed, row, reason in lst:
+            any_failed = True
+            L.append(f"* **{side} seed {seed} FAILED** from row {row}: {reason}")
+    if not any_failed:
+        L.append("* No seed failed.")
+    L += ["", "### Per-seed values", ""] + _per_seed(result)
+    if result["s2"].get("reason"):
+        L += ["", f"S2: {result['s2']['reason']}."]
+
+    L += ["", "## Additions (not pre-registered)", "",
+          "Percentile bootstrap 95% interval of the difference of means, resampling seeds within "
+          f"each side (scipy.stats.bootstrap, 9999 resamples, generator seed {stats.BOOTSTRAP_SEED}); "
+          "seeds per side a two-sided Welch test at alpha 0.05 needs for 80% power at the observed "
+          "effect (difference over the pooled standard deviation; noncentral t). These do not "
+          "change the pre-registered reading.", ""]
+    L += _additions(result)
+
+    c, r = result["concordance"], result["reading"]
+    L += ["", "## Concordance", "",
+          f"Runs per side with evaluation >= {st['good_return']:g}:", "",
+          "| row | reference | candidate |", "|---|---|---|"]
+    for row, cnt in c["at"].items():
+        L.append(f"| {row} | {cnt['reference']} of {c['n']['reference']} | "
+                 f"{cnt['candidate']} of {c['n']['candidate']} |")
+    if c["rate"]["reference"] is not None:
+        L += ["", f"Rate of evaluations >= {st['good_return']:g} over {st['concordance_range']} "
+              f"({c['rate_points']} points per seed): reference {_f(c['rate']['reference'], 3)}, "
+              f"candidate {_f(c['rate']['candidate'], 3)}."]
+    else:
+        L += ["", f"Rate: n/a ({c['reason']})."]
+    L += ["", "Round-3 reading (PREREG3.md with its amendment, made operational): H1 when at least "
+          f"80% of the reference runs ({r['needed_reference']} of {c['n']['reference']}; the "
+          "pre-registered '4 of 5' generalised) score >= the threshold at the last row and the "
+          "reference's rate over the concordance range is at most 0.4; H3 when Welch p on LATE < 0.05 "
+          "with the reference higher; 'candidate better' when p < 0.05 with the candidate higher; "
+          "all that hold are named, otherwise 'H2 or noise'.", "",
+          f"* H1: {r['H1']}; H3: {r['H3']}; candidate better: {r['candidate_better']}",
+          f"* **Reading: {r['reading']}**" if r["reading"] else f"* Reading: n/a ({r['reason']})"]
+    if r["reading"] and r["reason"]:
+        L.append(f"* Note: {r['reason']}")
+
+    checks = result["checks"]
+    counts = {s: sum(ch.status == s for ch in checks) for s in ("PASS", "FAIL", "FLAG", "N/A")}
+    L += ["", "## Checks", "",
+          f"{counts['PASS']} passed, **{counts['FAIL']} failed**, {counts['FLAG']} flagged, "
+          f"{counts['N/A']} not available (N/A is not a pass: the data are not in this layout).", ""]
+    if counts["FAIL"]:
+        L += ["Failed:", ""] + [f"* {ch.line()}" for ch in checks if ch.status == "FAIL"] + [""]
+    L += ["```"] + [ch.line() for ch in checks] + ["```"]
+
+    L += ["", "## Known differences between the sides (read before interpreting)", ""]
+    L += [f"* {b}" for b in known_differences(p, result["sides"])]
+
+    L += ["", "## Evaluation curve (mean return of the evaluation episodes)", ""]
+    L += _curve_table(result, "eval")
+    L += ["", "## S2 curve (training-episode rolling mean)", ""]
+    L += (_curve_table(result, "s2") if not result["s2"].get("reason") else [f"n/a: {result['s2']['reason']}"])
+
+    t = result["windows"]["table"]
+    e = result["entropy"]
+    L += ["", f"## Actor entropy windows (`{stats.ENTROPY}`, the round-2 statistic)", ""]
+    if t is not None and e["windows"]:
+        L += [f"Seed ranges overlap in **{e['overlap']} of {e['windows']}** windows.", ""]
+        L += _window_table(t, stats.ENTROPY)
+    else:
+        L.append(f"n/a: {e['reason']}")
+    L += ["", "## activation/embed relative to each seed's first window", "",
+          "DIAGNOSIS: the raw embed level follows each seed's initial draw; compare it relative to "
+          "the seed's own first window.", ""]
+    if t is not None and (t["metric"] == stats.EMBED_REL).any():
+        L += _window_table(t, stats.EMBED_REL)
+    else:
+        L.append("n/a: " + (result["windows"]["reason"] or f"{stats.EMBED} not reported by both sides"))
+    L += ["", "## Training-metric windows (every metric both sides report)", ""]
+    if t is not None:
+        L += _metrics_overview(t)
+        L += ["", "<details><summary>Per-window tables</summary>", ""]
+        for m in sorted(t["metric"].unique()):
+            L += [f"### `{m}`", ""] + _window_table(t, m) + [""]
+        L += ["</details>"]
+    else:
+        L.append(f"n/a: {result['windows']['reason']}")
+    if figure_links:
+        L += ["", "## Figures", ""]
+        L += [f"![{name}]({link})" for name, link in figure_links.items()]
+    return "\n".join(L) + "\n"
+
+
+def write_report(result: dict, path, prereg=None, notes: list[str] = (), plots_dir=None) -> None:
+    """Write the report atomically; links (pre-registration, figures) are relative to it."""
+    path = Path(path)
+    base = path.parent.resolve() if path.parent != Path("") else Path.cwd()
+
+    def rel(x):
+        return os.path.relpath(Path(x).resolve(), base)
+
+    links = None
+    if plots_dir is not None:
+        links = {n: rel(Path(plots_dir) / n) for n in
+                 ("eval_curves.png", "s2_curve.png", "entropy_windows.png")}
+    atomic_text(path, render(result, rel(prereg) if prereg else None, list(notes), links))
