@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,18 +215,19 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
       ParamsError: one-line message naming the key, for an unknown key or value, a
         wrong type, a negative or non-integer row count, an evaluation interval that is
         not a positive multiple of 16 or does not divide ``rows``, duplicate or negative
-        seeds, or S1 / LATE / concordance rows that are not evaluation points.
+        seeds, S1 / concordance rows that are not evaluation points or repeat, a LATE
+        or concordance range holding no evaluation point, or a non-finite good_return.
     """
     if not isinstance(raw, dict):
         raise ParamsError("<root>", f"{where} must hold a mapping, got {type(raw).__name__}")
+    # A declared dict key given as a scalar (e.g. "reference: 3") is caught first.
+    for key in raw:
+        if key in ("reference", "stats") and not isinstance(raw[key], dict):
+            raise ParamsError(key, f"expected a mapping, got {raw[key]!r}")
     flat = _flatten(raw)
     for key in flat:
         if key not in SCHEMA:
             raise ParamsError(key, f"unknown key in {where}; known keys: {', '.join(SCHEMA)}")
-    # A declared dict key given as a scalar (e.g. "reference: 3") is caught here.
-    for key in raw:
-        if key in ("reference", "stats") and not isinstance(raw[key], dict):
-            raise ParamsError(key, f"expected a mapping, got {raw[key]!r}")
     typed = {}
     for key, field in SCHEMA.items():
         v = flat.get(key, copy.deepcopy(field.default))
@@ -238,7 +240,9 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
         raise ParamsError("eval_every", f"{typed['eval_every']} is not a multiple of {NUM_ENVS}")
     if typed["rows"] % typed["eval_every"]:
         raise ParamsError(
-            "rows", f"{typed['rows']} is not a multiple of eval_every={typed['eval_every']}")
+            "eval_every", f"{typed['eval_every']} does not divide rows={typed['rows']}")
+    if not math.isfinite(typed["stats.good_return"]):
+        raise ParamsError("stats.good_return", f"must be finite, got {typed['stats.good_return']}")
     seeds = typed["seeds"]
     if not seeds:
         raise ParamsError("seeds", "needs at least one seed")
@@ -255,6 +259,9 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
                                    f"(multiples of eval_every={typed['eval_every']} up to rows={typed['rows']})")
     if not typed["stats.s1_rows"]:
         raise ParamsError("stats.s1_rows", "needs at least one row")
+    for key in ("stats.s1_rows", "stats.concordance_rows"):
+        if len(set(typed[key])) != len(typed[key]):
+            raise ParamsError(key, f"duplicate rows in {typed[key]}")
     for key in ("stats.late_rows", "stats.concordance_range"):
         rng = typed[key]
         if rng:

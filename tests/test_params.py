@@ -1,0 +1,301 @@
+"""params.yaml schema: defaults, one-line errors naming the key, values as DVC writes them."""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dreamer_parity import params as P
+from dreamer_parity.params import ParamsError, eval_points, load, validate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _defaults_raw() -> dict:
+    return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def _set(raw: dict, dotted: str, value) -> dict:
+    raw = copy.deepcopy(raw)
+    d = raw
+    *parents, last = dotted.split(".")
+    for k in parents:
+        d = d[k]
+    d[last] = value
+    return raw
+
+
+def _error(raw) -> str:
+    with pytest.raises(ParamsError) as e:
+        validate(raw)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_repository_params_file_is_round1_defaults():
+    p = load(REPO / "params.yaml")
+    assert p["round"] == "round1" and p["decode"] == "exact" and p["profile"] == "full"
+    assert p["seeds"] == [0, 1, 2]
+    assert (p["rows"], p["eval_every"], p["eval_episodes"]) == (20000, 2000, 10)
+    assert p["reference"] == {"decode": "ref", "sampler": "stock", "source": "run"}
+    assert p["stats"] == {"s1_rows": [16000, 18000, 20000], "late_rows": [],
+                          "good_return": 400.0, "concordance_rows": [20000],
+                          "concordance_range": [16000, 20000], "failed_rule": "zero"}
+    assert isinstance(p["stats"]["good_return"], float)
+    assert eval_points(p) == list(range(2000, 20001, 2000))
+
+
+def test_missing_keys_take_schema_defaults():
+    assert validate({}) == load(REPO / "params.yaml")
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("decode", "ref", "ref"),
+    ("profile", "smoke", "smoke"),
+    ("reference.decode", "exact", "exact"),
+    ("reference.sampler", "per_run", "per_run"),
+    ("reference.source", "data/published/round1", "data/published/round1"),
+])
+def test_accepted_choices(key, value, expected):
+    p = validate(_set(_defaults_raw(), key, value))
+    top, *rest = key.split(".")
+    assert (p[top][rest[0]] if rest else p[top]) == expected
+
+
+# --- one test per error, each checking the one-line message ------------------------------
+
+def test_unknown_top_level_key():
+    raw = _defaults_raw() | {"seed": 3}
+    assert _error(raw).startswith("params: seed: unknown key in params.yaml")
+
+
+def test_unknown_nested_key():
+    raw = _defaults_raw()
+    raw["stats"]["s2_rows"] = [20000]
+    assert _error(raw).startswith("params: stats.s2_rows: unknown key")
+
+
+def test_section_given_as_scalar():
+    assert _error(_defaults_raw() | {"reference": 3}) == \
+        "params: reference: expected a mapping, got 3"
+
+
+@pytest.mark.parametrize("key, value", [
+    ("decode", "mean"), ("profile", "tiny"), ("reference.decode", "stock"),
+    ("reference.sampler", "uniform"), ("stats.failed_rule", "drop"),
+])
+def test_unknown_value(key, value):
+    msg = _error(_set(_defaults_raw(), key, value))
+    assert msg.startswith(f"params: {key}: unknown value {value!r}; expected one of ")
+
+
+def test_negative_row_count():
+    assert _error(_set(_defaults_raw(), "rows", -2000)) == \
+        "params: rows: must be a positive integer, got -2000"
+
+
+def test_zero_row_count():
+    assert _error(_set(_defaults_raw(), "rows", 0)) == \
+        "params: rows: must be a positive integer, got 0"
+
+
+def test_non_integer_row_count():
+    assert _error(_set(_defaults_raw(), "rows", 20000.5)) == \
+        "params: rows: expected an integer, got 20000.5"
+
+
+def test_row_count_text_that_is_not_a_number():
+    assert _error(_set(_defaults_raw(), "rows", "20k")) == \
+        "params: rows: expected an integer, got '20k'"
+
+
+def test_boolean_is_not_an_integer():
+    assert _error(_set(_defaults_raw(), "eval_episodes", True)) == \
+        "params: eval_episodes: expected an integer, got True"
+
+
+def test_interval_not_a_multiple_of_16():
+    raw = _set(_set(_defaults_raw(), "eval_every", 1000), "rows", 20000)
+    assert _error(raw) == "params: eval_every: 1000 is not a multiple of 16"
+
+
+def test_interval_that_does_not_divide_rows():
+    raw = _set(_defaults_raw(), "eval_every", 3200)
+    assert _error(raw) == "params: eval_every: 3200 does not divide rows=20000"
+
+
+def test_negative_interval():
+    assert _error(_set(_defaults_raw(), "eval_every", -2000)) == \
+        "params: eval_every: must be a positive integer, got -2000"
+
+
+def test_zero_eval_episodes():
+    assert _error(_set(_defaults_raw(), "eval_episodes", 0)) == \
+        "params: eval_episodes: must be a positive integer, got 0"
+
+
+def test_duplicate_seeds():
+    assert _error(_set(_defaults_raw(), "seeds", [0, 1, 1, 2, 2])) == \
+        "params: seeds: duplicate seeds [1, 2]"
+
+
+def test_negative_seed():
+    assert _error(_set(_defaults_raw(), "seeds", [0, -1])) == \
+        "params: seeds: seeds must be non-negative, got [0, -1]"
+
+
+def test_no_seed():
+    assert _error(_set(_defaults_raw(), "seeds", [])) == "params: seeds: needs at least one seed"
+
+
+def test_seeds_not_a_list():
+    assert _error(_set(_defaults_raw(), "seeds", 3)) == \
+        "params: seeds: expected a list of integers, got 3"
+
+
+def test_s1_rows_not_evaluation_points():
+    msg = _error(_set(_defaults_raw(), "stats.s1_rows", [16000, 17000, 20000]))
+    assert msg.startswith("params: stats.s1_rows: rows [17000] are not evaluation points")
+
+
+def test_s1_rows_beyond_rows():
+    msg = _error(_set(_defaults_raw(), "stats.s1_rows", [18000, 20000, 22000]))
+    assert msg.startswith("params: stats.s1_rows: rows [22000] are not evaluation points")
+
+
+def test_s1_rows_empty():
+    assert _error(_set(_defaults_raw(), "stats.s1_rows", [])) == \
+        "params: stats.s1_rows: needs at least one row"
+
+
+def test_s1_rows_repeated():
+    assert _error(_set(_defaults_raw(), "stats.s1_rows", [18000, 20000, 20000])) == \
+        "params: stats.s1_rows: duplicate rows in [18000, 20000, 20000]"
+
+
+def test_concordance_rows_not_evaluation_points():
+    msg = _error(_set(_defaults_raw(), "stats.concordance_rows", [19000]))
+    assert msg.startswith("params: stats.concordance_rows: rows [19000] are not evaluation")
+
+
+def test_late_range_reversed():
+    assert _error(_set(_defaults_raw(), "stats.late_rows", [20000, 16000])) == \
+        "params: stats.late_rows: first row 20000 is after last row 16000"
+
+
+def test_late_range_with_no_evaluation_point():
+    assert _error(_set(_defaults_raw(), "stats.late_rows", [16100, 17900])) == \
+        "params: stats.late_rows: range [16100, 17900] holds no evaluation point"
+
+
+def test_concordance_range_past_rows():
+    assert _error(_set(_defaults_raw(), "stats.concordance_range", [16000, 24000])) == \
+        "params: stats.concordance_range: range [16000, 24000] ends after rows=20000"
+
+
+def test_range_with_three_values():
+    assert _error(_set(_defaults_raw(), "stats.concordance_range", [1, 2, 3])) == \
+        "params: stats.concordance_range: expected [first, last] or [], got [1, 2, 3]"
+
+
+def test_good_return_not_a_number():
+    assert _error(_set(_defaults_raw(), "stats.good_return", "high")) == \
+        "params: stats.good_return: expected a number, got 'high'"
+
+
+def test_good_return_not_finite():
+    assert _error(_set(_defaults_raw(), "stats.good_return", float("nan"))) == \
+        "params: stats.good_return: must be finite, got nan"
+
+
+def test_empty_source():
+    assert _error(_set(_defaults_raw(), "reference.source", "")) == \
+        "params: reference.source: must be 'run' or a directory of published runs"
+
+
+def test_root_not_a_mapping():
+    assert _error([1, 2]) == "params: <root>: params.yaml must hold a mapping, got list"
+
+
+# --- files as `dvc exp run -S` writes them -----------------------------------------------
+
+def test_load_reads_strings_written_back_by_dvc(tmp_path):
+    text = (REPO / "params.yaml").read_text()
+    text = text.replace("rows: 20000", "rows: '20000'")
+    text = text.replace("good_return: 400", "good_return: '4e2'")
+    text = text.replace("eval_episodes: 10", "eval_episodes: 10.0")
+    f = tmp_path / "params.yaml"
+    f.write_text(text)
+    p = load(f)
+    assert p["rows"] == 20000 and type(p["rows"]) is int
+    assert p["stats"]["good_return"] == 400.0 and type(p["stats"]["good_return"]) is float
+    assert p["eval_episodes"] == 10 and type(p["eval_episodes"]) is int
+
+
+def test_load_reads_pyyaml_string_exponent(tmp_path):
+    """PyYAML reads ``3e-05`` (no dot) as a string; the loader gives the float."""
+    f = tmp_path / "params.yaml"
+    f.write_text("rows: 1.2e3\neval_every: 400\nstats:\n  good_return: 3e-05\n"
+                 "  s1_rows: [400, 800, 1200]\n  concordance_rows: [1200]\n"
+                 "  concordance_range: [400, 1200]\n")
+    assert yaml.safe_load(f.read_text())["stats"]["good_return"] == "3e-05"
+    p = load(f)
+    assert p["stats"]["good_return"] == 3e-05 and p["rows"] == 1200 and type(p["rows"]) is int
+
+
+def test_load_yaml_syntax_error_names_the_line(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text("rows: 1200\nseeds: [0, 1\n")
+    with pytest.raises(ParamsError, match=r"^params: <root>: params.yaml line \d+: invalid YAML"):
+        load(f)
+
+
+def test_dvc_set_param_rewrite_is_read_back(tmp_path):
+    """The exact writer of ``dvc exp run -S`` (dvc.utils.hydra.apply_overrides)."""
+    hydra = pytest.importorskip("dvc.utils.hydra", reason="dvc missing: run `make setup`")
+    f = tmp_path / "params.yaml"
+    f.write_text((REPO / "params.yaml").read_text())
+    hydra.apply_overrides(f, ["stats.good_return=3e-05", "rows='24000'", "eval_episodes=5.0",
+                              "seeds=[3,4]"])
+    text = f.read_text()
+    assert "good_return: 3e-05" in text and "rows: '24000'" in text
+    p = load(f)
+    assert p["stats"]["good_return"] == 3e-05
+    assert p["rows"] == 24000 and p["eval_episodes"] == 5 and p["seeds"] == [3, 4]
+
+
+# --- the smoke round -------------------------------------------------------------------
+
+def test_smoke_overrides_give_the_smoke_round(tmp_path):
+    hydra = pytest.importorskip("dvc.utils.hydra", reason="dvc missing: run `make setup`")
+    out = subprocess.run([sys.executable, "-m", "dreamer_parity.params", "smoke-overrides"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0::2] == ["-S"] * (len(out) // 2)
+    f = tmp_path / "params.yaml"
+    f.write_text((REPO / "params.yaml").read_text())
+    hydra.apply_overrides(f, out[1::2])
+    p = load(f)
+    assert p["profile"] == "smoke" and p["round"] == "smoke"
+    assert (p["rows"], p["eval_every"], p["eval_episodes"]) == (1200, 400, 2)
+    assert eval_points(p) == [400, 800, 1200]
+    assert p["stats"]["s1_rows"] == eval_points(p)[-3:]
+    assert p["decode"] == "exact" and p["reference"]["decode"] == "ref"
+    assert p == P.smoke_params(load(REPO / "params.yaml"))
+
+
+def test_cli_check_reports_the_key(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text("eval_every: 1000\n")
+    r = subprocess.run([sys.executable, "-m", "dreamer_parity.params", "check", "--file", str(f)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: params: eval_every: 1000 is not a multiple of 16"
+
+
+def test_profiles_have_the_declared_widths():
+    assert P.PROFILES["full"]["deter"] == 512 and P.PROFILES["smoke"]["deter"] == 64
+    assert set(P.PROFILES["full"]) == set(P.PROFILES["smoke"])
