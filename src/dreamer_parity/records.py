@@ -191,6 +191,30 @@ def _check_types(path, lineno, obj, fields):
                 f"{path}:{lineno}: field {name!r} should be {names}, got {type(v).__name__}")
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_record_values(path, lineno, obj):
+    """Element types of the list and dict fields, and the status value."""
+    if obj["status"] not in ("ok", "failed"):
+        raise RecordError(f"{path}:{lineno}: field 'status' must be 'ok' or 'failed', "
+                          f"got {obj['status']!r}")
+    for name, ok, what in (("eval_returns", _is_number, "numbers"),
+                           ("eval_lengths", lambda v: isinstance(v, int)
+                            and not isinstance(v, bool), "integers")):
+        bad = [v for v in obj[name] if not ok(v)]
+        if bad:
+            raise RecordError(f"{path}:{lineno}: field {name!r} must hold {what}, got {bad[0]!r}")
+    for name, ok, what in (("train", lambda v: v is None or _is_number(v), "numbers or null"),
+                           ("train_counts", lambda v: isinstance(v, int)
+                            and not isinstance(v, bool), "integers")):
+        bad = [k for k, v in obj[name].items() if not ok(v)]
+        if bad:
+            raise RecordError(f"{path}:{lineno}: field '{name}.{bad[0]}' must be {what}, "
+                              f"got {obj[name][bad[0]]!r}")
+
+
 def _read_lines(path):
     path = Path(path)
     if not path.exists():
@@ -216,8 +240,9 @@ def _read_lines(path):
 def read_records(directory, require_done: bool = True) -> list[dict]:
     """Read and validate ``records.jsonl`` of a run directory.
 
-    Checks every field's presence and type, rows strictly increasing, equal-length
-    return and length lists, and (by default) the completion marker.
+    Checks every field's presence and type (list and dict elements included), the
+    status value, rows strictly increasing, equal-length return and length lists, and
+    (by default) the completion marker, which is read first.
 
     Raises:
       RecordError: naming the file, the line and the field.
@@ -230,12 +255,14 @@ def read_records(directory, require_done: bool = True) -> list[dict]:
     prev = None
     for i, obj in _read_lines(path):
         _check_types(path, i, obj, RECORD_FIELDS)
+        _check_record_values(path, i, obj)
         if obj["side"] not in SIDES:
             raise RecordError(f"{path}:{i}: field 'side' must be one of {SIDES}")
         if len(obj["eval_returns"]) != len(obj["eval_lengths"]):
             raise RecordError(f"{path}:{i}: eval_returns and eval_lengths differ in length")
         if prev is not None and obj["rows"] <= prev:
-            raise RecordError(f"{path}:{i}: rows {obj['rows']} out of order (previous {prev})")
+            raise RecordError(f"{path}:{i}: field 'rows' out of order: {obj['rows']} "
+                                  f"after {prev}")
         prev = obj["rows"]
         recs.append(obj)
     return recs
