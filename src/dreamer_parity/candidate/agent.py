@@ -1,0 +1,386 @@
+"""The candidate DreamerV3 agent: init, policy step and train step (pure JAX, float32).
+
+Follows danijar/dreamerv3 at 29eb964 (ALGORITHM.md; agent.py:114-399 of the reference).
+Everything is pure and jit/vmap-able; ``cfg`` (AgentConfig) is a static argument, e.g.
+``jax.jit(train_step, static_argnums=0)`` and ``jax.vmap(partial(train_step, cfg))`` over
+(state, batch, key) for several seeds.
+
+Random draws.  Every draw can be supplied from outside as explicit one-hot samples
+(``draws``), so a parity test can feed the reference's tfp draws; draws that are not
+supplied are sampled from ``key`` (inverse-CDF sampling of uniforms).
+
+TrainState (a dict):
+    params       {enc, dyn, dec, rew, con, actor, critic} -> layer -> arrays
+    opt_state    the optax state of :func:`optim.make` (one chain over all params)
+    slow_critic  critic-shaped params (EMA copy; excluded from the gradient)
+    retnorm      {"lo": f32[], "hi": f32[]} EMAs of the 5th/95th return percentiles
+    updates      i32[] number of completed train steps (slow-critic counter)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import dists, heads, optim, rssm, twohot
+from .config import LOSS_TERMS, AgentConfig
+from .nets import symlog
+
+__all__ = ["AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
+           "init_params"]
+
+f32 = jnp.float32
+i32 = jnp.int32
+sg = jax.lax.stop_gradient
+treemap = jax.tree_util.tree_map
+
+
+# --------------------------------------------------------------------------- state
+
+def init_params(key, cfg: AgentConfig):
+    """All trained parameters: {enc, dyn, dec, rew, con, actor, critic} -> layer -> arrays."""
+    k_dyn, k_heads = jax.random.split(key)
+    params = heads.init_params(k_heads, cfg)
+    params["dyn"] = rssm.init_params(k_dyn, cfg)
+    return params
+
+
+def init(key, cfg: AgentConfig):
+    """Fresh TrainState (see module doc) from a PRNG key.  The slow critic gets its own
+    random init, as in the reference; it is replaced by an exact copy of the critic at the
+    end of the first train step (jaxutils.py:737-762)."""
+    k_params, k_slow = jax.random.split(key)
+    params = init_params(k_params, cfg)
+    slow = heads.init_params(k_slow, cfg)["critic"]
+    return {
+        "params": params,
+        "opt_state": optim.make(cfg).init(params),
+        "slow_critic": slow,
+        "retnorm": {"lo": jnp.zeros((), f32), "hi": jnp.zeros((), f32)},
+        "updates": jnp.zeros((), i32),
+    }
+
+
+def param_count(params) -> int:
+    """Number of scalars in a params pytree (637,381 at the full profile)."""
+    return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))
+
+
+def initial_carry(cfg: AgentConfig, n: int):
+    """Zero policy carry for ``n`` envs: deter f32[n,D], stoch f32[n,S,K] (all zeros, not a
+    valid one-hot, nets.py:39-45), prev_action i32[n] (agent.py:136-140)."""
+    return {"deter": jnp.zeros((n, cfg.deter), f32),
+            "stoch": jnp.zeros((n, cfg.stoch, cfg.classes), f32),
+            "prev_action": jnp.zeros((n,), i32)}
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _onehot_draw(logits, noise):
+    """One-hot value f32[..., K] of a draw without straight-through gradient."""
+    if noise.shape == logits.shape:
+        return noise.astype(f32)
+    return dists.sample_onehot(logits, noise)
+
+
+def _tensorstats(x, prefix):
+    """mean/std/mag/min/max of a float tensor (jaxutils.py:51-67; 'dist' omitted)."""
+    x = x.astype(f32)
+    return {f"{prefix}/mean": x.mean(), f"{prefix}/std": x.std(),
+            f"{prefix}/mag": jnp.abs(x).mean(), f"{prefix}/min": x.min(),
+            f"{prefix}/max": x.max()}
+
+
+def _flat(stoch):
+    return stoch.reshape(stoch.shape[:-2] + (-1,))
+
+
+def _noise(name, shape_u, shape_onehot, key, draws):
+    """Supplied one-hot draw (checked against ``shape_onehot``) or uniforms of ``shape_u``."""
+    if draws is not None and name in draws:
+        d = jnp.asarray(draws[name], f32)
+        if d.shape != shape_onehot:
+            raise ValueError(f"draws[{name!r}]: expected shape {shape_onehot}, got {d.shape}")
+        return d
+    if key is None:
+        raise ValueError(f"draws[{name!r}] is missing and no key was given")
+    return jax.random.uniform(key, shape_u, f32)
+
+
+_BATCH_KEYS = ("vector", "reward", "is_first", "is_last", "is_terminal", "action", "deter", "stoch")
+
+
+def _check_batch(cfg, batch):
+    missing = [k for k in _BATCH_KEYS if k not in batch]
+    if missing:
+        raise ValueError(f"train_step: batch lacks keys {missing}")
+    B, L = batch["reward"].shape
+    if L < 3:
+        raise ValueError(f"train_step: batch length {L} < 3 (1 context row + >= 2 trained rows)")
+    want = {"vector": (B, L, cfg.obs_dim), "reward": (B, L), "is_first": (B, L),
+            "is_last": (B, L), "is_terminal": (B, L), "action": (B, L),
+            "deter": (B, L, cfg.deter), "stoch": (B, L, cfg.stoch)}
+    for k, shape in want.items():
+        if tuple(batch[k].shape) != shape:
+            raise ValueError(f"train_step: batch[{k!r}] has shape {tuple(batch[k].shape)}, "
+                             f"expected {shape}")
+    return B, L
+
+
+# --------------------------------------------------------------------------- policy
+
+def policy_step(cfg: AgentConfig, params, carry, obs, is_first, key=None, draws=None):
+    """One policy step for n envs (reference agent.py:142-164, jaxagent.py:117-174).
+
+    obs f32[n, obs_dim], is_first bool[n], carry from :func:`initial_carry` or a previous
+    call.  ``params`` is the full params dict (only enc, dyn, actor are read).
+    draws (optional): {"post": f32[n,S,K] one-hot, "action": f32[n,A] one-hot}; missing
+    ones are sampled from ``key``.
+    Returns (action i32[n], new carry, latent {"deter": f32[n,D], "stoch": i32[n,S]}).
+    Raises ValueError on a bad shape or when a draw is missing and key is None.
+    """
+    n = obs.shape[0]
+    if obs.shape != (n, cfg.obs_dim) or is_first.shape != (n,):
+        raise ValueError(f"policy_step: obs {obs.shape} / is_first {is_first.shape} do not fit "
+                         f"(n, {cfg.obs_dim}) / (n,)")
+    keys = jax.random.split(key) if key is not None else (None, None)
+    S, K, A = cfg.stoch, cfg.classes, cfg.num_actions
+    n_post = _noise("post", (n, S), (n, S, K), keys[0], draws)
+    n_act = _noise("action", (n,), (n, A), keys[1], draws)
+    embed = heads.encode(params["enc"], cfg, obs)
+    prev = jax.nn.one_hot(carry["prev_action"], A, dtype=f32)
+    deter, stoch, _ = rssm.observe_step(params["dyn"], cfg, carry["deter"], carry["stoch"], prev,
+                                        embed, is_first, n_post)
+    logits = heads.actor_logits(params["actor"], cfg, deter, _flat(stoch))
+    act = _onehot_draw(logits, n_act)
+    action = jnp.argmax(act, -1).astype(i32)
+    stoch = sg(stoch)
+    new_carry = {"deter": deter, "stoch": stoch, "prev_action": action}
+    latent = {"deter": deter, "stoch": jnp.argmax(stoch, -1).astype(i32)}
+    return action, new_carry, latent
+
+
+# --------------------------------------------------------------------------- train
+
+def _lambda_return(rew, con, val, lam):
+    """Time-major lambda return (agent.py:302-310): rew, con, val f32[H+1, N] -> f32[H, N].
+    R_H = val_H;  R_t = rew_{t+1} + con_{t+1}*((1-lam)*val_{t+1} + lam*R_{t+1})."""
+    disc = con[1:]
+    interm = rew[1:] + (1 - lam) * disc * val[1:]
+    rets = [val[-1]]
+    for t in reversed(range(disc.shape[0])):
+        rets.append(interm[t] + disc[t] * lam * rets[-1])
+    return jnp.stack(list(reversed(rets))[:-1], 0)
+
+
+def _replay_return(reward, is_terminal, is_last, boot, cfg):
+    """Replay lambda return (agent.py:336-345), batch-major f32[B, T] -> f32[B, T-1]."""
+    live = (1 - is_terminal.astype(f32))[:, 1:] * (1 - 1 / cfg.horizon)
+    cont = (1 - is_last.astype(f32))[:, 1:] * cfg.return_lambda_replay
+    interm = reward[:, 1:] + (1 - cont) * live * boot[:, 1:]
+
+    def step(r, xs):
+        i, l, c = xs
+        r = i + l * c * r
+        return r, r
+
+    _, rets = jax.lax.scan(step, boot[:, -1], (interm.T, live.T, cont.T), reverse=True)
+    return rets.T
+
+
+def _percentile(x, q):
+    return jnp.percentile(x.ravel(), q)
+
+
+def _loss(params, cfg, slow, retnorm, batch, noise, bins):
+    """Total loss and aux (metrics, new retnorm, replay latents).  See train_step."""
+    B, L = batch["reward"].shape
+    T, H = L - 1, cfg.imag_length
+    N = B * T
+    D, S, K, A = cfg.deter, cfg.stoch, cfg.classes, cfg.num_actions
+    lam = cfg.return_lambda
+    scales = cfg.loss_scales
+
+    # Replay context (agent.py:172-183): row 0 gives the previous latent and action.
+    deter0 = batch["deter"][:, 0].astype(f32)
+    stoch0 = jax.nn.one_hot(batch["stoch"][:, 0], K, dtype=f32)
+    prevacts = jax.nn.one_hot(batch["action"][:, :T], A, dtype=f32)     # (B,T,A): a_{t-1}
+    obs = batch["vector"][:, 1:].astype(f32)
+    reward = batch["reward"][:, 1:].astype(f32)
+    is_first = batch["is_first"][:, 1:]
+    is_last = batch["is_last"][:, 1:]
+    is_terminal = batch["is_terminal"][:, 1:]
+    cont = 1 - is_terminal.astype(f32)
+
+    # World model on replay (agent.py:225-249).
+    embed = heads.encode(params["enc"], cfg, obs)                       # (B,T,E)
+
+    def obs_step(carry, xs):
+        deter, stoch = carry
+        act, emb, first, nz = xs
+        deter, stoch, logit = rssm.observe_step(params["dyn"], cfg, deter, stoch, act, emb,
+                                                first, nz)
+        return (deter, stoch), (deter, stoch, logit)
+
+    tm = lambda x: jnp.swapaxes(x, 0, 1)
+    _, (deter, stoch, post) = jax.lax.scan(
+        obs_step, (deter0, stoch0), (tm(prevacts), tm(embed), tm(is_first), noise["post"]))
+    deter, stoch, post = tm(deter), tm(stoch), tm(post)                 # (B,T,...)
+    stoch_flat = _flat(stoch)
+
+    pred = heads.decode(params["dec"], cfg, deter, stoch_flat)
+    dist2 = (pred - symlog(obs)) ** 2
+    dist2 = jnp.where(dist2 < 1e-8, 0, dist2)
+    losses = {"vector": dist2.sum(-1)}
+    rew_l = heads.rew_logits(params["rew"], cfg, deter, stoch_flat)
+    losses["reward"] = -twohot.log_prob(rew_l, reward, bins)
+    con_l = heads.con_logit(params["con"], cfg, deter, stoch_flat)
+    losses["cont"] = -dists.bernoulli_log_prob(con_l, cont * (1 - 1 / cfg.horizon))
+    prior = rssm.prior_logits(params["dyn"], cfg, deter)
+    dyn = dists.kl(sg(post), prior).sum(-1)
+    rep = dists.kl(post, sg(prior)).sum(-1)
+    if cfg.free_nats:
+        dyn = jnp.maximum(dyn, cfg.free_nats)
+        rep = jnp.maximum(rep, cfg.free_nats)
+    losses["dyn"], losses["rep"] = dyn, rep
+
+    # Imagination from every posterior state (agent.py:251-282); no gradient flows here.
+    sp = sg(params)
+    s_deter = sg(deter).reshape(N, D)
+    s_stoch = sg(stoch).reshape(N, S, K)
+    a0 = _onehot_draw(heads.actor_logits(sp["actor"], cfg, s_deter, _flat(s_stoch)),
+                      noise["imag_action"][0])
+
+    def img_step(carry, xs):
+        d, s, a = carry
+        nz_s, nz_a = xs
+        d = rssm.gru(sp["dyn"], cfg, d, s, a)
+        s = _onehot_draw(rssm.prior_logits(sp["dyn"], cfg, d), nz_s)
+        a = _onehot_draw(heads.actor_logits(sp["actor"], cfg, d, _flat(s)), nz_a)
+        return (d, s, a), (d, s, a)
+
+    _, (i_deter, i_stoch, i_act) = jax.lax.scan(
+        img_step, (s_deter, s_stoch, a0), (noise["imag_stoch"], noise["imag_action"][1:]))
+    t_deter = jnp.concatenate([s_deter[None], i_deter], 0)             # (H+1,N,D)
+    t_stoch = _flat(jnp.concatenate([s_stoch[None], i_stoch], 0))       # (H+1,N,S*K)
+    acts = jnp.concatenate([a0[None], i_act], 0)                        # (H+1,N,A)
+
+    # Annotate (agent.py:284-301).
+    mean = lambda logits: twohot.mean(logits, bins, cfg.decode)
+    rew = jnp.concatenate([reward.reshape(1, N), mean(
+        heads.rew_logits(sp["rew"], cfg, t_deter[1:], t_stoch[1:]))], 0)
+    con = jnp.concatenate([cont.reshape(1, N), jax.nn.sigmoid(
+        heads.con_logit(sp["con"], cfg, t_deter[1:], t_stoch[1:]))], 0)
+    critic_l = heads.critic_logits(params["critic"], cfg, t_deter, t_stoch)   # (H+1,N,bins)
+    val = sg(mean(critic_l))
+    slowval = mean(heads.critic_logits(slow, cfg, t_deter[:H], t_stoch[:H]))
+    weight = jnp.cumprod(con, 0)
+    ret = _lambda_return(rew, con, val, lam)                            # (H,N)
+
+    # Return normaliser (jaxutils.py:301-395, impl perc), updated before use.
+    rate = cfg.retnorm_rate
+    lo = (1 - rate) * retnorm["lo"] + rate * _percentile(ret, cfg.retnorm_lo)
+    hi = (1 - rate) * retnorm["hi"] + rate * _percentile(ret, cfg.retnorm_hi)
+    roffset, rscale = lo, jnp.maximum(cfg.retnorm_limit, hi - lo)
+
+    # Actor (agent.py:312-321).
+    adv = (ret - val[:H]) / rscale
+    actor_l = heads.actor_logits(params["actor"], cfg, t_deter[:H], t_stoch[:H])
+    logpi = dists.onehot_log_prob(actor_l, acts[:H])
+    ent = dists.entropy(actor_l)
+    losses["actor"] = sg(weight[:H]) * -(logpi * sg(adv) + cfg.actent * ent)
+
+    # Critic (agent.py:323-329).
+    losses["critic"] = sg(weight[:H]) * -(
+        twohot.log_prob(critic_l[:H], sg(ret), bins)
+        + cfg.slowreg * twohot.log_prob(critic_l[:H], sg(slowval), bins))
+
+    # Replay critic (agent.py:331-352): gradient into the world model.
+    rc_l = heads.critic_logits(params["critic"], cfg, deter, stoch_flat)      # (B,T,bins)
+    rc_slow = sg(mean(heads.critic_logits(slow, cfg, sg(deter), sg(stoch_flat))))
+    boot = sg(ret[0].reshape(B, T))
+    replay_ret = sg(_replay_return(reward, is_terminal, is_last, boot, cfg))  # (B,T-1)
+    losses["replay_critic"] = sg(1 - is_last.astype(f32))[:, :-1] * -(
+        twohot.log_prob(rc_l[:, :-1], replay_ret, bins)
+        + cfg.slowreg * twohot.log_prob(rc_l[:, :-1], rc_slow[:, :-1], bins))
+
+    # Metrics (agent.py:354-390), means of the unscaled loss tensors.
+    m = {}
+    for k in LOSS_TERMS:
+        m[f"{k}_loss"] = losses[k].mean()
+        m[f"{k}_loss_std"] = losses[k].std()
+    m.update(_tensorstats(adv, "adv"))
+    m.update(_tensorstats(rew, "rew"))
+    m.update(_tensorstats(weight, "weight"))
+    m.update(_tensorstats(val, "val"))
+    m.update(_tensorstats(ret, "ret"))
+    m.update(_tensorstats((ret - roffset) / rscale, "ret_normed"))
+    m.update(_tensorstats(replay_ret, "replay_ret"))
+    m["td_error"] = jnp.abs(ret - val[:H]).mean()
+    m["ret_rate"] = (jnp.abs(ret) > 1.0).astype(f32).mean()
+    m.update(_tensorstats(jnp.argmax(acts, -1).astype(f32), "act/action"))
+    m.update(_tensorstats(ent / np.log(A), "rand/action"))
+    m.update(_tensorstats(ent, "ent/action"))
+    m["data_rew/max"] = jnp.abs(reward).max()
+    m["pred_rew/max"] = jnp.abs(rew).max()
+    m["data_rew/mean"] = reward.mean()
+    m["pred_rew/mean"] = rew.mean()
+    m["data_rew/std"] = reward.std()
+    m["pred_rew/std"] = rew.std()
+    m["activation/embed"] = jnp.abs(embed).mean()
+    m.update(_tensorstats(dists.entropy(prior).sum(-1), "prior_ent"))
+    m.update(_tensorstats(dists.entropy(post).sum(-1), "post_ent"))
+
+    total = sum(scales[k] * losses[k].mean() for k in LOSS_TERMS)
+    outs = {"deter": deter, "stoch": jnp.argmax(stoch, -1).astype(i32)}
+    return total, (m, {"lo": lo, "hi": hi}, outs)
+
+
+def train_step(cfg: AgentConfig, state, batch, key=None, draws=None):
+    """One train update (reference agent.py:166-223 + jaxutils.py Optimizer/SlowUpdater).
+
+    batch: B windows of L rows (row 0 = replay context; rows 1..L-1 = T trained rows):
+        "vector" f32[B,L,obs_dim], "reward" f32[B,L], "is_first"/"is_last"/"is_terminal"
+        bool[B,L], "action" i32[B,L] (action chosen after the row's obs), "deter" f32[B,L,D],
+        "stoch" i32[B,L,S] (stored latents; only row 0 is read).
+    draws (optional dict, any subset; the rest is sampled from ``key``):
+        "post"        f32[B,T,S,K]   one-hot posterior samples of the replay rows;
+        "imag_stoch"  f32[H,B*T,S,K] one-hot prior samples of imagination step 1..H;
+        "imag_action" f32[H+1,B*T,A] one-hot actor samples, index 0 = start action.
+        Imagination row r = b*T + t starts from the posterior of window b, trained row t.
+    Returns (new state, outs, metrics): outs {"deter": f32[B,T,D], "stoch": i32[B,T,S]} are the
+    posterior latents of the trained rows (replay write-back); metrics dict of f32 scalars
+    under the reference's names (module doc of CANDIDATE_API.md).
+    Raises ValueError (before any compute) on missing keys or wrong shapes.
+    """
+    B, L = _check_batch(cfg, batch)
+    T, H = L - 1, cfg.imag_length
+    N = B * T
+    S, K, A = cfg.stoch, cfg.classes, cfg.num_actions
+    keys = jax.random.split(key, 3) if key is not None else (None, None, None)
+    noise = {
+        "post": _noise("post", (B, T, S), (B, T, S, K), keys[0], draws),
+        "imag_stoch": _noise("imag_stoch", (H, N, S), (H, N, S, K), keys[1], draws),
+        "imag_action": _noise("imag_action", (H + 1, N), (H + 1, N, A), keys[2], draws),
+    }
+    noise["post"] = jnp.swapaxes(noise["post"], 0, 1)                  # time-major for scan
+    bins = twohot.bins(cfg.bins, cfg.decode)
+
+    def loss_fn(params):
+        return _loss(params, cfg, state["slow_critic"], state["retnorm"], batch, noise, bins)
+
+    (loss, (metrics, retnorm, outs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state["params"])
+    tx = optim.make(cfg)
+    params, opt_state, opt_metrics = optim.apply(tx, grads, state["opt_state"], state["params"])
+    metrics.update(opt_metrics)
+    metrics["opt_loss"] = loss
+
+    # Slow critic (jaxutils.py:737-762): exact copy at the first update, then EMA 0.02.
+    n = state["updates"]
+    mix = jnp.clip(1.0 * (n == 0).astype(f32) + cfg.slow_rate * 1.0, 0, 1)
+    slow = treemap(lambda s, d: mix * s + (1 - mix) * d, params["critic"], state["slow_critic"])
+    new_state = {"params": params, "opt_state": opt_state, "slow_critic": slow,
+                 "retnorm": retnorm, "updates": n + 1}
+    return new_state, outs, metrics
