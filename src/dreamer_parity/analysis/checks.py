@@ -16,6 +16,7 @@ The evaluation rows themselves are required before any check runs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -145,9 +146,14 @@ def _completion_check(params: dict, run: Run) -> Check:
     return Check(name, "PASS", "DONE.json status ok", run.side, run.seed)
 
 
+@lru_cache(maxsize=16)
+def _schedule(rows: tuple) -> list[int]:
+    return schedule.updates_at(list(rows))
+
+
 def _updates_check(run: Run) -> Check:
     rows = run.evals["rows"].tolist()
-    want = schedule.updates_at(rows)
+    want = _schedule(tuple(rows))
     got = run.evals["updates"].tolist()
     bad = [f"{r}: {g} != {w}" for r, g, w in zip(rows, got, want) if g != w]
     if bad:
@@ -194,9 +200,14 @@ def _episode_checks(params: dict, run: Run) -> list[Check]:
                             f"{int(np.nonzero(nonterm)[0][0]) + 1})")
     tiling = []
     last_end = {}
+    worker = ep["worker"].to_numpy(dtype=np.int64)
+    row_last = ep["row_last"].to_numpy(dtype=np.int64)
+    length = ep["length"].to_numpy(dtype=np.int64)
+    order = np.lexsort((row_last, worker))
+    worker, row_last, length = worker[order], row_last[order], length[order]
+    bounds = np.searchsorted(worker, np.arange(NUM_ENVS + 1))
     for w in range(NUM_ENVS):
-        e = ep[ep["worker"] == w].sort_values("row_last", kind="stable")
-        rl, ln = e["row_last"].to_numpy(), e["length"].to_numpy()
+        rl, ln = row_last[bounds[w]:bounds[w + 1]], length[bounds[w]:bounds[w + 1]]
         if len(rl):
             starts = np.concatenate([[-1], rl[:-1]])
             gaps = rl - starts - 1  # rows of the episode beyond its reset row

@@ -31,12 +31,19 @@ class AnalysisError(ValueError):
 
 
 def display_path(path) -> str:
-    """``path`` relative to the working directory (never absolute in an artifact)."""
+    """``path`` for messages and artifacts, never absolute.
+
+    Relative to the working directory when at most two levels up (``../shared/...``);
+    otherwise ``<outside>/`` plus its last two components.
+    """
     p = Path(path)
     try:
-        return os.path.relpath(p)
+        rel = os.path.relpath(p)
     except ValueError:  # another drive (not on POSIX)
-        return p.name
+        rel = None
+    if rel is not None and Path(rel).parts[:3].count("..") <= 2:
+        return rel
+    return "<outside>/" + "/".join(p.resolve().parts[-2:])
 
 
 @dataclass
