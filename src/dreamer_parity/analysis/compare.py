@@ -35,8 +35,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from dreamer_parity import params as params_mod
 from dreamer_parity import records
 from dreamer_parity.analysis import checks as checks_mod
@@ -84,7 +82,7 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     s1 = {"reference": stats.s1_values(ref, st["s1_rows"], rule),
           "candidate": stats.s1_values(cand, st["s1_rows"], rule)}
     out["s1"] = {"rows": list(st["s1_rows"]), "values": s1,
-                 "decision": stats.decide(s1["candidate"], s1["reference"], "S1")}
+                 "decision": stats.decide(s1["candidate"], s1["reference"], "S1", seeds)}
 
     no_eps = [r for r in ref + cand if r.episodes is None]
     if no_eps:
@@ -95,14 +93,15 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
         mats = {"reference": stats.s2_matrix(ref, points, rule), "candidate": stats.s2_matrix(cand, points, rule)}
         last = {k: v[:, -1] for k, v in mats.items()}
         out["s2"] = {"reason": None, "row": points[-1], "curve": mats, "values": last,
-                     "decision": stats.decide(last["candidate"], last["reference"], f"S2({points[-1]})")}
+                     "decision": stats.decide(last["candidate"], last["reference"],
+                                                 f"S2({points[-1]})", seeds)}
 
     if st["late_rows"]:
         lp = stats.late_points(points, st["late_rows"])
         lv = {"reference": stats.late_values(ref, points, st["late_rows"], rule),
               "candidate": stats.late_values(cand, points, st["late_rows"], rule)}
         out["late"] = {"rows": list(st["late_rows"]), "points": lp, "values": lv, "reason": None,
-                       "decision": stats.decide(lv["candidate"], lv["reference"], "LATE")}
+                       "decision": stats.decide(lv["candidate"], lv["reference"], "LATE", seeds)}
     else:
         out["late"] = {"rows": [], "reason": "not pre-registered for this round (stats.late_rows empty)"}
 

@@ -130,7 +130,10 @@ def summary(result: dict) -> dict:
     t = result["windows"]["table"]
     if t is not None:
         for _, row in t[t["metric"] == stats.ENTROPY].iterrows():
-            out[f"entropy.w{row['rows']}.overlap"] = None if row["overlap"] is None else bool(row["overlap"])
+            ov = row["overlap"]
+            out[f"entropy.w{row['rows']}.overlap"] = None if ov is None or pd.isna(ov) else bool(ov)
+            if out[f"entropy.w{row['rows']}.overlap"] is None:
+                out[f"entropy.w{row['rows']}.reason"] = "a side has no finite value in this window"
             out[f"entropy.w{row['rows']}.ratio"] = _num(row["ratio"])
     counts = {}
     for ch in result["checks"]:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.metrics_out import atomic_text
@@ -152,7 +153,8 @@ def _window_table(t, metric: str, digits: int = 4) -> list[str]:
         for side in ("reference", "candidate"):
             cells.append(f"{_f(r[side + '_mean'], digits)} [{_f(r[side + '_lo'], digits)}, "
                          f"{_f(r[side + '_hi'], digits)}]")
-        cells += [_f(r["ratio"], 3), "n/a" if r["overlap"] is None else str(bool(r["overlap"]))]
+        ov = r["overlap"]
+        cells += [_f(r["ratio"], 3), "n/a" if ov is None or pd.isna(ov) else str(bool(ov))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

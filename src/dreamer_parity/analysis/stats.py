@@ -286,12 +286,13 @@ def n_for_effect(d: float, alpha: float = 0.05, power: float = 0.8, n_max: int =
     return hi
 
 
-def decide(cand, ref, name: str = "statistic") -> dict:
+def decide(cand, ref, name: str = "statistic", seeds: list[int] | None = None) -> dict:
     """The pre-registered rule on per-seed values, with Welch's test and the additions.
 
     Args:
       cand, ref: per-seed values (float64 ``[seeds]``), candidate and reference.
       name: the statistic's name, used in reasons.
+      seeds: seed numbers of the values (both sides), used in reasons; default indices.
 
     Returns:
       ``{"A", "lo", "hi", "diff" (mean candidate - mean reference), "LEARNS", "WITHIN_RANGE", "welch": {...}, "bootstrap": {...},
@@ -299,8 +300,11 @@ def decide(cand, ref, name: str = "statistic") -> dict:
       entry is None and ``reason`` names the seeds.
     """
     c, r = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    bad = [f"candidate #{i}" for i in np.nonzero(~np.isfinite(c))[0]] + \
-          [f"reference #{i}" for i in np.nonzero(~np.isfinite(r))[0]]
+    def label(side, i):
+        return f"{side} seed {seeds[i]}" if seeds is not None and i < len(seeds) else f"{side} #{i}"
+
+    bad = [label("candidate", i) for i in np.nonzero(~np.isfinite(c))[0]] + \
+          [label("reference", i) for i in np.nonzero(~np.isfinite(r))[0]]
     if bad or not len(c) or not len(r):
         reason = (f"{name} undefined for {', '.join(bad)}" if bad else f"{name}: a side has no seeds")
         none = {"t": None, "p": None, "df": None, "reason": reason}
