@@ -80,9 +80,12 @@ def step_state(state: np.ndarray, action: int) -> tuple[np.ndarray, np.float32]:
     force = p["force_mag"] * a - p["force_mag"] * (F(1.0) - a)
     costheta = F(np.cos(theta))
     sintheta = F(np.sin(theta))
-    temp = (force + p["polemass_length"] * theta_dot**2 * sintheta) / p["total_mass"]
+    # x * x, not x ** 2: numpy 1.x returns float64 for ``float32_scalar ** 2`` (the
+    # reference venv has numpy 1.26); jax lowers ``x ** 2`` to ``x * x``.
+    temp = (force + p["polemass_length"] * (theta_dot * theta_dot) * sintheta) / p["total_mass"]
     thetaacc = (p["gravity"] * sintheta - costheta * temp) / (
-        p["length"] * (F(4.0) / F(3.0) - p["masspole"] * costheta**2 / p["total_mass"]))
+        p["length"] * (F(4.0) / F(3.0)
+                       - p["masspole"] * (costheta * costheta) / p["total_mass"]))
     xacc = temp - p["polemass_length"] * thetaacc * costheta / p["total_mass"]
     x = x + p["tau"] * x_dot
     x_dot = x_dot + p["tau"] * xacc

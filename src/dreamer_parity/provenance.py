@@ -26,7 +26,8 @@ def git_state(directory, paths: list[str] | None = None) -> dict:
 
     Args:
       directory: any directory inside the tree.
-      paths: restrict the dirty check to these pathspecs (e.g. ``["src"]``).
+      paths: restrict the dirty check to these paths, relative to the tree's top
+        (e.g. ``["src"]``), wherever ``directory`` lies in the tree.
 
     Returns:
       ``{"commit": str | None, "dirty": bool | None}``; None values when ``directory`` is
@@ -38,7 +39,8 @@ def git_state(directory, paths: list[str] | None = None) -> dict:
             text=True, check=True).stdout.strip()
         status = subprocess.run(
             ["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no", "--",
-             *(paths or [])], capture_output=True, text=True, check=True).stdout
+             *(f":(top){p}" for p in paths or [])], capture_output=True, text=True,
+            check=True).stdout
         return {"commit": commit, "dirty": bool(status.strip())}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
