@@ -162,3 +162,28 @@ def test_failed_seed_is_flagged_not_failed(tmp_path):
     c = _status(cs, "completion", "candidate", 1)
     assert c.status == "FLAG" and "800" in c.detail and "zero" in c.detail
     assert not [c for c in cs if c.status == "FAIL"]
+
+
+def test_nested_side_directory_and_params_in_config(tmp_path):
+    # records.run_dir(out, side, seed) = <out>/<side>/s<seed>: accepted as <out>
+    synthetic.write_round(tmp_path / "out", PARAMS)
+    cand = tmp_path / "cand_out"
+    cand.mkdir()
+    (tmp_path / "out" / "candidate").rename(cand / "candidate")
+    assert load.detect_layout(cand, "candidate") == "records"
+    runs = load.load_side(cand, "candidate", PARAMS["seeds"])
+    assert [r.seed for r in runs] == [0, 1]
+    # the candidate records its validated params under config.params, the seed at top level
+    d = cand / "candidate" / "s0"
+    run = records.read_json(d / "run.json")
+    run["config"] = {"params": dict(PARAMS), "agent": {}}
+    run["args"] = {"params": "params.yaml", "out": "<repo>/results/candidate"}
+    records.write_json(d / "run.json", run)
+    ref = load.load_side(tmp_path / "out" / "reference", "reference", PARAMS["seeds"])
+    cs = checks.run_checks(PARAMS, ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
+    c = _status(cs, "config", "candidate", 0)
+    assert c.status == "PASS", c.detail
+    run["config"]["params"] = dict(PARAMS, rows=2400)
+    records.write_json(d / "run.json", run)
+    cs = checks.run_checks(PARAMS, ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
+    assert "rows 2400 != 1200" in _status(cs, "config", "candidate", 0).detail

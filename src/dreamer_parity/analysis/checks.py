@@ -50,16 +50,17 @@ class Check:
 
 
 def _lookup(run_info: dict | None, names: tuple[str, ...]):
-    """First value found for any of ``names`` (dotted or bare) in run.json args, then config."""
+    """First value found for any of ``names`` (dotted or bare) in run.json ``args``, then
+    ``config``, then ``config["params"]`` (the candidate records the validated params
+    there), then the top level (``seed``).  Returns ``(found, value)``."""
     if not run_info:
         return False, None
-    for part in ("args", "config"):
-        d = run_info.get(part) or {}
+    config = run_info.get("config") if isinstance(run_info.get("config"), dict) else {}
+    sources = [run_info.get("args"), config, config.get("params"), run_info]
+    for d in sources:
         if not isinstance(d, dict):
             continue
         for name in names:
-            if name in d:
-                return True, d[name]
             node, ok = d, True
             for key in name.split("."):
                 if isinstance(node, dict) and key in node:
@@ -67,7 +68,7 @@ def _lookup(run_info: dict | None, names: tuple[str, ...]):
                 else:
                     ok = False
                     break
-            if ok:
+            if ok and not isinstance(node, dict):
                 return True, node
     return False, None
 

@@ -93,7 +93,8 @@ class Run:
 def detect_layout(directory, side: str) -> str:
     """Return ``"records"`` or ``"published"`` for a side directory.
 
-    ``records``: ``<DIR>/s<seed>/`` holding ``records.jsonl`` or ``DONE.json``.
+    ``records``: ``<DIR>/s<seed>/`` (or ``<DIR>/<side>/s<seed>/``) holding
+    ``records.jsonl`` or ``DONE.json``.
     ``published``: ``<DIR>/ref_s<seed>/evals.jsonl`` (reference), or
     ``<DIR>/ajax/s<seed>/evals.jsonl`` / ``<DIR>/s<seed>/evals.jsonl`` (candidate).
 
@@ -103,9 +104,9 @@ def detect_layout(directory, side: str) -> str:
     d = Path(directory)
     if not d.is_dir():
         raise AnalysisError(f"{side} directory {display_path(d)}: not found")
+    d = _records_root(d, side)
     kids = [p for p in d.iterdir() if p.is_dir()]
-    if any(p.name.startswith("s") and ((p / "records.jsonl").exists() or (p / records.DONE).exists())
-           for p in kids):
+    if any(_is_run_dir(p) for p in kids):
         return "records"
     if any(p.name.startswith("ref_s") and (p / "evals.jsonl").exists() for p in kids):
         return "published"
@@ -115,6 +116,20 @@ def detect_layout(directory, side: str) -> str:
     raise AnalysisError(
         f"{side} directory {display_path(d)}: holds neither s<seed>/records.jsonl run "
         f"directories nor the published layout (ref_s<seed>/evals.jsonl, ajax/s<seed>/evals.jsonl)")
+
+
+def _is_run_dir(p: Path) -> bool:
+    return p.is_dir() and p.name.startswith("s") and (
+        (p / "records.jsonl").exists() or (p / records.DONE).exists())
+
+
+def _records_root(d: Path, side: str) -> Path:
+    """``d``, or ``d/<side>`` when the run directories sit there instead
+    (``records.run_dir(out, side, seed)`` under an output directory ``d``)."""
+    if not any(_is_run_dir(p) for p in d.iterdir()) and (d / side).is_dir() and \
+            any(_is_run_dir(p) for p in (d / side).iterdir()):
+        return d / side
+    return d
 
 
 def _records_run(directory: Path, side: str, seed: int) -> Run:
@@ -189,6 +204,7 @@ def load_side(directory, side: str, seeds: list[int], layout: str | None = None)
     if side not in records.SIDES:
         raise ValueError(f"side must be one of {records.SIDES}, got {side!r}")
     layout = layout or detect_layout(directory, side)
+    directory = _records_root(Path(directory), side) if layout == "records" else directory
     if layout == "published":
         from dreamer_parity.analysis import published
         return [published.load_run(directory, side, s) for s in seeds]
