@@ -179,3 +179,24 @@ def test_make_embodied_env_delegates_to_the_port():
     assert env.act_space["action"] == ((np.int32, (), 0, 2), {})
     row = env.step({"action": 0, "reset": True})
     np.testing.assert_array_equal(row["vector"], CartPolePort([0, 4]).reset()["vector"])
+
+
+# --- the port under numpy 1 (reference venv) and numpy 2 (here) ------------------------
+
+def test_port_is_bit_identical_in_the_reference_venv(figures):
+    _, fig = figures
+    if not fig["refvenv_present"]:
+        pytest.skip("reference venv missing: run `make reference-setup`")
+    assert fig["refvenv_numpy"].startswith("1.")
+    assert fig["refvenv_identical"] is True
+
+
+def test_venv_check_detects_a_difference(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 1.26.4 float32 0000\n")
+    fake.chmod(0o755)
+    fig = port_check.check_reference_venv(fake, n_states=10)
+    assert fig == {"refvenv_present": True, "refvenv_numpy": "1.26.4",
+                   "refvenv_identical": False, "refvenv_ok": False}
+    absent = port_check.check_reference_venv(tmp_path / "none", n_states=10)
+    assert absent["refvenv_present"] is False and absent["refvenv_identical"] is None

@@ -24,6 +24,10 @@ lock-step rollout
 forced truncation
     a live state at time 499: gymnax reports truncated and not terminated; the port's
     row has ``is_last`` and not ``is_terminal``.
+numpy 1 and numpy 2
+    the port's steps and reset draws are bit-identical in the reference venv (numpy
+    1.26) and here (numpy 2), when the reference venv exists (``make reference-setup``);
+    ``refvenv_identical`` is null otherwise.
 reset distribution
     ``n_resets`` port resets against as many gymnax resets: a two-sample
     Kolmogorov-Smirnov test (``scipy.stats.ks_2samp``) per coordinate at level
@@ -54,7 +58,8 @@ from dreamer_parity.cartpole_port import PARAMS, CartPolePort
 
 __all__ = [
     "OBS_RTOL", "KS_ALPHA", "MIN_TERMINATIONS", "sample_states", "check_single_steps",
-    "check_lockstep", "check_truncation", "check_resets", "run_all", "main",
+    "check_lockstep", "check_truncation", "check_resets", "check_reference_venv", "run_all",
+    "main",
 ]
 
 #: Observation tolerance relative to ``max(|s|, |s'|)`` per coordinate.
@@ -303,12 +308,60 @@ def _resets(seed, worker, n):
     return np.stack([env.reset()["vector"] for _ in range(n)])
 
 
+_VENV_PROBE = """
+import hashlib, sys
+import numpy as np
+from dreamer_parity.cartpole_port import CartPolePort, step_state
+states = np.random.default_rng(11).uniform(-0.2, 0.2, (%d, 4)).astype(np.float32)
+steps = np.array([step_state(s, a)[0] for s in states for a in (0, 1)])
+env = CartPolePort(entropy=[3, 1])
+resets = np.array([env.reset()["vector"] for _ in range(100)])
+print(np.__version__, steps.dtype, hashlib.sha256(steps.tobytes() + resets.tobytes()).hexdigest())
+"""
+
+
+def check_reference_venv(python=None, n_states: int = 500) -> dict:
+    """The port in the reference venv (numpy 1.x) against this process (numpy 2).
+
+    Runs ``n_states`` random states with both actions and 100 resets in a fresh
+    interpreter of each venv (``PYTHONPATH`` = this package's ``src``) and compares a
+    SHA-256 of the float32 bytes.  ``python`` defaults to the reference venv of
+    :mod:`dreamer_parity.reference.setup`.  Returns ``refvenv_present``,
+    ``refvenv_numpy``, ``refvenv_identical`` (None when the venv is absent) and
+    ``refvenv_ok`` (False only when present and different).
+    """
+    import subprocess
+
+    if python is None:
+        from dreamer_parity.reference.setup import default_root, venv_python
+        python = venv_python(default_root())
+    python = Path(python)
+    if not python.exists():
+        return {"refvenv_present": False, "refvenv_numpy": None, "refvenv_identical": None,
+                "refvenv_ok": True}
+    src = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(src)
+    outs = []
+    for py in (sys.executable, python):
+        r = subprocess.run([str(py), "-c", _VENV_PROBE % n_states], env=env,
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode:
+            raise RuntimeError(f"port probe failed in {Path(py).name}: "
+                               f"{r.stderr.strip().splitlines()[-1:]}")
+        outs.append(r.stdout.split())
+    same = outs[0][1:] == outs[1][1:] and outs[0][1] == "float32"
+    return {"refvenv_present": True, "refvenv_numpy": outs[1][0], "refvenv_identical": same,
+            "refvenv_ok": same}
+
+
 def run_all(n_states: int = 400, steps: int = 4000, n_resets: int = 4000,
             seed: int = 0) -> dict:
     """All checks; a flat dict of figures with ``passed`` and ``failures`` (names)."""
     out = {"seed": seed}
     for fn in (lambda: check_single_steps(n_states, seed), lambda: check_lockstep(steps, seed),
-               check_truncation, lambda: check_resets(n_resets, seed)):
+               check_truncation, lambda: check_resets(n_resets, seed),
+               check_reference_venv):
         out.update(fn())
     failed = [k[:-3] for k, v in out.items() if k.endswith("_ok") and not v]
     out["failures"] = ",".join(failed)
@@ -339,7 +392,7 @@ def main(argv=None) -> int:
           f"{res['single_obs_max_rel']:.2e}, max {res['single_obs_max_scaled_ulp']:.0f} ulp of "
           f"scale), {res['lockstep_steps']} lock-step steps with "
           f"{res['lockstep_terminations']} terminations, KS p min "
-          f"{res['resets_ks_pvalue_min']:.3g}")
+          f"{res['resets_ks_pvalue_min']:.3g}, numpy 1 = numpy 2: {res['refvenv_identical']}")
     return 0 if res["passed"] else 1
 
 
