@@ -333,8 +333,13 @@ def check_reference_venv(python=None, n_states: int = 500) -> dict:
     import subprocess
 
     if python is None:
-        from dreamer_parity.reference.setup import default_root, venv_python
-        python = venv_python(default_root())
+        try:
+            from dreamer_parity.reference.setup import default_root, venv_python
+            python = venv_python(default_root())
+        except ImportError:                          # same default layout as that module
+            root = os.environ.get("DREAMER_PARITY_REF_ROOT") or Path(
+                os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dreamer-parity"
+            python = Path(root) / "refvenv" / "bin" / "python"
     python = Path(python)
     if not python.exists():
         return {"refvenv_present": False, "refvenv_numpy": None, "refvenv_identical": None,
