@@ -1,0 +1,186 @@
+"""Launch one reference seed from the main venv.
+
+Command line::
+
+    python -m dreamer_parity.reference.launch --params params.yaml --seed S \\
+        --out results/<round>/reference/s<S> [--root DIR]
+
+Steps, each failing with one line (exit status 2) before any compute:
+
+1. validate ``--params`` with :func:`dreamer_parity.params.load` and the seed (a
+   non-negative integer); ``reference.source`` must be ``run``;
+2. check the set-up (:func:`dreamer_parity.reference.setup.check_setup`): the checkout
+   at 29eb964, clean, and the venv matching the lock; else name ``make reference-setup``;
+3. the output directory: refuse one that holds a completed run (``DONE.json``), never
+   resuming or overwriting it; remove an incomplete one (a killed run) and say so, because
+   a reference run cannot be resumed faithfully (deviation D6: no checkpoint of the
+   ratio state, the online queue or the sampler RNG), so the seed starts from scratch;
+4. run :mod:`dreamer_parity.reference.runner` under the reference venv's python with the
+   arguments as JSON, ``JAX_PLATFORMS=cpu``, the persistent compilation cache
+   ``<root>/jaxcache``, ``PYTHONDONTWRITEBYTECODE=1`` (nothing written into the checkout),
+   the checkout and this repository's ``src`` on ``PYTHONPATH``.  The runner's stdout
+   (the reference's own prints) goes to ``<out>/stdout.log``; progress comes on stderr.
+
+Exit status: the runner's (0 ok, 1 the run failed and says why in ``DONE.json``), 2 for
+bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from dreamer_parity import params as params_mod
+from dreamer_parity import records
+from dreamer_parity.reference import setup as ref_setup
+
+__all__ = ["LaunchError", "parse_seed", "prepare_out_dir", "runner_command", "main",
+           "RUN_FILES"]
+
+#: Names a run directory may hold (anything else makes an incomplete directory suspect).
+RUN_FILES = {"logdir", "run.json", "records.jsonl", "episodes.jsonl", "timing.json",
+             "params.npz", "stdout.log", records.DONE}
+
+D6_MESSAGE = ("a reference run cannot be resumed (deviation D6: no checkpoint of the ratio "
+              "state, online queue or sampler RNG); starting this seed from scratch")
+
+
+class LaunchError(RuntimeError):
+    """Bad input for a launch; one-line message."""
+
+
+def parse_seed(text) -> int:
+    """A non-negative integer seed from a command-line string (LaunchError otherwise)."""
+    s = str(text).strip()
+    if not s.isdigit():
+        raise LaunchError(f"--seed must be a non-negative integer, got {text!r}")
+    return int(s)
+
+
+def prepare_out_dir(out, log=print) -> str:
+    """Make ``out`` ready for a fresh run.
+
+    Returns:
+      ``"new"`` (absent or empty) or ``"removed"`` (an incomplete run was deleted, with the
+      D6 message logged).
+
+    Raises:
+      LaunchError: ``out`` holds a completed run (``DONE.json``), is not a directory, or
+        holds files a run never writes (refused rather than deleted).
+    """
+    out = Path(out)
+    if not out.exists():
+        return "new"
+    if not out.is_dir():
+        raise LaunchError(f"--out {out} exists and is not a directory")
+    if (out / records.DONE).exists():
+        try:
+            status = records.read_done(out)["status"]
+        except records.RecordError:
+            status = "unreadable"
+        raise LaunchError(
+            f"--out {out} already holds a completed reference run (DONE.json status "
+            f"{status}); refusing to overwrite or resume it: remove the directory to rerun")
+    entries = [p.name for p in out.iterdir()]
+    if not entries:
+        return "new"
+    strange = [e for e in entries if e not in RUN_FILES and ".tmp-" not in e]
+    if strange:
+        raise LaunchError(
+            f"--out {out} holds files no reference run writes ({', '.join(sorted(strange)[:5])}); "
+            "refusing to delete them: choose another directory or remove it")
+    log(f"{out}: incomplete run found (no DONE.json); {D6_MESSAGE}")
+    shutil.rmtree(out)
+    return "removed"
+
+
+def runner_command(info: dict, seed: int, out: Path, p: dict) -> tuple[list[str], dict]:
+    """The runner's argv and environment for one seed.
+
+    Args:
+      info: :func:`dreamer_parity.reference.setup.check_setup` result.
+      seed: run seed.
+      out: absolute output directory.
+      p: validated params.
+
+    Returns:
+      ``(argv, env)``.
+    """
+    args = {"seed": seed, "out": str(out), "profile": p["profile"], "rows": p["rows"],
+            "eval_every": p["eval_every"], "eval_episodes": p["eval_episodes"],
+            "decode": p["reference"]["decode"], "sampler": p["reference"]["sampler"]}
+    src = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    for k in ("PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"):
+        env.pop(k, None)
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(src), str(info["checkout"])]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": str(info["jaxcache"]),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    })
+    argv = [str(info["python"]), "-m", "dreamer_parity.reference.runner", "--json",
+            json.dumps(args)]
+    return argv, env
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.reference.launch",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    ap.add_argument("--seed", required=True, help="run seed, a non-negative integer")
+    ap.add_argument("--out", required=True, help="output directory of this seed's run")
+    ap.add_argument("--root", default=None, help="reference set-up root (default as "
+                                                 "`python -m dreamer_parity.reference.setup`)")
+    a = ap.parse_args(argv)
+    try:
+        seed = parse_seed(a.seed)
+        try:
+            p = params_mod.load(a.params)
+        except FileNotFoundError:
+            raise LaunchError(f"--params {a.params}: no such file") from None
+        except params_mod.ParamsError as e:
+            raise LaunchError(str(e)) from None
+        if p["reference"]["source"] != "run":
+            raise LaunchError(
+                "params: reference.source: is a directory of published runs, not 'run'; this "
+                "round does not run the reference")
+        out = Path(a.out).resolve()
+        if (out / records.DONE).exists():
+            prepare_out_dir(out)  # refuses a completed run, whatever the set-up
+        try:
+            info = ref_setup.check_setup(a.root)
+        except ref_setup.SetupError as e:
+            raise LaunchError(str(e)) from None
+        prepare_out_dir(out)
+    except LaunchError as e:
+        print(f"reference launch: error: {e}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    info["jaxcache"].mkdir(parents=True, exist_ok=True)
+    cmd, env = runner_command(info, seed, out, p)
+    print(f"reference launch: seed {seed}, profile {p['profile']}, rows {p['rows']}, "
+          f"decode {p['reference']['decode']}, sampler {p['reference']['sampler']}",
+          file=sys.stderr, flush=True)
+    with open(out / "stdout.log", "w") as log:
+        code = subprocess.call(cmd, env=env, cwd=str(out), stdout=log)
+    if code != 0:
+        reason = ""
+        try:
+            reason = records.read_done(out).get("reason", "")
+        except records.RecordError:
+            pass
+        print(f"reference launch: seed {seed} failed (exit {code})"
+              + (f": {reason}" if reason else ""), file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
