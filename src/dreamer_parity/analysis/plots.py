@@ -93,7 +93,7 @@ def _s2_curve(result: dict, path: Path) -> None:
     ax.set_xlabel("rows (environment transitions over all 16 envs)")
     ax.set_ylabel("S2: mean training-episode return (steps)")
     ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
 
@@ -120,7 +120,7 @@ def _entropy(result: dict, path: Path) -> None:
     ax.set_xlabel("rows at the window's end (environment transitions over all 16 envs)")
     ax.set_ylabel("actor entropy (nats)")
     ax.set_title(f"{title}\nranges overlap in {e['overlap']} of {e['windows']} windows")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
 
