@@ -1,0 +1,230 @@
+"""Run the candidate on a recorded reference fixture and compare it step by step (main venv).
+
+The fixture (``tests/fixtures/parity/regime_<a|b>.npz`` + ``meta.json``, written by
+:mod:`dreamer_parity.parity.make_fixtures` under the reference venv) holds the reference's
+initial state, three replay batches with every random draw of each train step, and each
+step's losses, metrics, gradients, optimizer moments, updated parameters, slow critic and
+return normaliser.  This module turns it into candidate inputs (:func:`initial_state`,
+:func:`batch`, :func:`draws`), runs ``candidate.agent.train_step`` (:func:`run_steps`) and
+compares (:func:`compare_step`).  Layout conversions:
+
+* parameters: :mod:`dreamer_parity.parity.namemap` (padding column dropped);
+* draws: reference ``start_action`` [B*T, A] and ``imag_action`` [H, B*T, A] are stacked to
+  the candidate's ``imag_action`` [H+1, B*T, A]; ``post`` and ``imag_stoch`` are used as is;
+* optimizer moments: the candidate's ``opt_state[1].nu`` / ``opt_state[2].mu``
+  (``candidate/optim.py``) vs the reference's ``scale_by_rms`` / ``scale_by_momentum``
+  states (jaxutils.py:677-713).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from . import namemap
+from .compare import TOL_GRAD, TOL_STATE, check
+
+__all__ = ["FIXTURE_DIR", "load", "candidate_config", "initial_state", "batch", "draws",
+           "run_steps", "compare_step", "SKIPPED_METRICS"]
+
+FIXTURE_DIR = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "parity"
+
+#: Reference metrics the candidate does not produce, by design (CANDIDATE_API.md): the
+#: subsample histograms, balance statistics of the reward and continue heads, and the
+#: parameter count.
+SKIPPED_PREFIXES = ("rewstats/", "constats/")
+SKIPPED_SUFFIXES = ("/dist",)
+SKIPPED_METRICS = ("opt_param_count",)
+
+
+class Fixture(dict):
+    """{array name: numpy array} with ``meta`` (dict) and ``regime`` attributes."""
+
+
+def load(regime: str, directory=None) -> Fixture:
+    """Load ``regime_<regime>.npz`` and meta.json from ``directory`` (default FIXTURE_DIR).
+
+    Raises FileNotFoundError naming the file and the regeneration command when absent.
+    """
+    d = Path(directory) if directory else FIXTURE_DIR
+    path = d / f"regime_{regime}.npz"
+    if not path.exists() or not (d / "meta.json").exists():
+        raise FileNotFoundError(
+            f"{path} (or meta.json) missing; regenerate with `make parity-fixtures`")
+    with np.load(path) as z:
+        fx = Fixture({k: z[k] for k in z.files})
+    fx.meta = json.loads((d / "meta.json").read_text())
+    fx.regime = regime
+    return fx
+
+
+def _group(fx, prefix):
+    n = len(prefix)
+    return {k[n:]: v for k, v in fx.items() if k.startswith(prefix)}
+
+
+def candidate_config(fx, decode="exact", **overrides):
+    """The candidate AgentConfig of the fixture's sizes, lr and warm-up."""
+    from dreamer_parity.candidate.config import AgentConfig
+    s = fx.meta["sizes"]
+    ov = fx.meta["config_overrides"]
+    return AgentConfig(
+        deter=s["deter"], hidden=s["hidden"], stoch=s["stoch"], classes=s["classes"],
+        blocks=s["blocks"], units=s["units"], bins=s["bins"], imag_length=s["imag_length"],
+        lr=float(ov["opt.lr"]), warmup=int(ov["opt.warmup"]), decode=decode, **overrides)
+
+
+def ref_params(fx, prefix):
+    """{reference name: array} of the model parameters (and slow critic) under ``prefix``
+    (e.g. "init/" or "step0/")."""
+    out = _group(fx, prefix + "param/")
+    out.update(_group(fx, prefix + "slowcritic/"))
+    return out
+
+
+def initial_state(fx, cfg):
+    """Candidate TrainState holding the fixture's initial reference state."""
+    import jax.numpy as jnp
+    from dreamer_parity.candidate import optim
+    tree = namemap.ref_tree(ref_params(fx, "init/"))
+    params = _to_jnp(tree["params"])
+    state = {
+        "params": params,
+        "opt_state": optim.make(cfg).init(params),
+        "slow_critic": _to_jnp(tree["slow_critic"]),
+        "retnorm": {"lo": jnp.asarray(fx["init/retnorm/lo"], jnp.float32),
+                    "hi": jnp.asarray(fx["init/retnorm/hi"], jnp.float32)},
+        "updates": jnp.asarray(fx["init/counter/slow_updates"], jnp.int32),
+    }
+    return state
+
+
+def _to_jnp(tree):
+    import jax
+    import jax.numpy as jnp
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x), tree)
+
+
+def batch(fx, step):
+    """Replay batch of ``step`` (dict of numpy arrays [B, L, ...])."""
+    return _group(fx, f"batch{step}/")
+
+
+def draws(fx, step):
+    """Candidate draws dict of ``step`` (see module doc)."""
+    d = _group(fx, f"step{step}/draws/")
+    return {"post": d["post"], "imag_stoch": d["imag_stoch"],
+            "imag_action": np.concatenate([d["start_action"][None], d["imag_action"]], 0)}
+
+
+def grads_fn(cfg):
+    """Pure function (params, state, batch, draws) -> raw gradients of the candidate loss.
+
+    Thin wrapper around the candidate's ``agent._loss`` with the same preamble as
+    ``agent.train_step`` (PARITY_REQUESTS.md request 1 asks for a public way).
+    """
+    import jax
+    import jax.numpy as jnp
+    from dreamer_parity.candidate import agent, twohot
+
+    def fn(state, bt, dr):
+        noise = {"post": jnp.swapaxes(jnp.asarray(dr["post"]), 0, 1),
+                 "imag_stoch": jnp.asarray(dr["imag_stoch"]),
+                 "imag_action": jnp.asarray(dr["imag_action"])}
+        bins = twohot.bins(cfg.bins, cfg.decode)
+
+        def loss_fn(params):
+            return agent._loss(params, cfg, state["slow_critic"], state["retnorm"], bt, noise,
+                               bins)
+        (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        return grads
+    return fn
+
+
+def run_steps(fx, cfg, steps=3, with_grads=True):
+    """Run ``steps`` candidate train steps on the fixture's batches and draws.
+
+    Returns a list of dicts {"state", "outs", "metrics", "grads"} (numpy), one per step,
+    each step starting from the candidate's own previous state (the reference's recorded
+    state is NOT re-injected, so errors accumulate as they would in a run).
+    """
+    import jax
+    from dreamer_parity.candidate import agent
+    step_fn = jax.jit(partial(agent.train_step, cfg))
+    gfn = jax.jit(grads_fn(cfg)) if with_grads else None
+    state = initial_state(fx, cfg)
+    results = []
+    for k in range(steps):
+        bt, dr = batch(fx, k), draws(fx, k)
+        grads = gfn(state, bt, dr) if with_grads else None
+        state, outs, metrics = step_fn(state, bt, draws=dr)
+        results.append(jax.tree_util.tree_map(np.asarray, {
+            "state": state, "outs": outs, "metrics": metrics, "grads": grads}))
+    return results
+
+
+def _cand_flat(tree, state_key):
+    return namemap.flatten_tree({state_key: tree})
+
+
+def compare_step(fx, res, step, parts=("metrics", "params", "moments", "grads", "slow",
+                                       "retnorm", "outs")):
+    """Checks (list of compare.Check) of candidate result ``res`` against reference ``step``.
+
+    Metric names compared: every reference metric except :data:`SKIPPED_*`; a metric the
+    candidate lacks raises KeyError naming it.
+    """
+    pre = f"step{step}/"
+    checks = []
+    if "metrics" in parts:
+        for name, ref in sorted(_group(fx, pre + "metric/").items()):
+            if (name.startswith(SKIPPED_PREFIXES) or name.endswith(SKIPPED_SUFFIXES)
+                    or name in SKIPPED_METRICS):
+                continue
+            if name not in res["metrics"]:
+                raise KeyError(f"candidate metrics lack {name!r}")
+            checks.append(check(f"s{step} metric {name}", res["metrics"][name], ref, TOL_STATE))
+    state = res["state"]
+    cflat = namemap.flatten_tree({"params": state["params"],
+                                  "slow_critic": state["slow_critic"]})
+    if "params" in parts:
+        for name, ref in sorted(_group(fx, pre + "param/").items()):
+            checks.append(check(f"s{step} param {name}", cflat[namemap.cand_key(name)],
+                                namemap.drop_padding(name, ref), TOL_STATE))
+    if "slow" in parts:
+        for name, ref in sorted(_group(fx, pre + "slowcritic/").items()):
+            checks.append(check(f"s{step} slow {name}", cflat[namemap.cand_key(name)],
+                                namemap.drop_padding(name, ref), TOL_STATE))
+    if "moments" in parts:
+        opt = state["opt_state"]
+        moments = {"nu": namemap.flatten_tree({"params": opt[1].nu}),
+                   "mu": namemap.flatten_tree({"params": opt[2].mu})}
+        for kind in ("nu", "mu"):
+            for name, ref in sorted(_group(fx, pre + f"opt/{kind}/").items()):
+                checks.append(check(f"s{step} {kind} {name}",
+                                    moments[kind][namemap.cand_key(name)],
+                                    namemap.drop_padding(name, ref), TOL_STATE))
+        checks.append(check(f"s{step} opt count rms", opt[1].step, fx[pre + "opt/count/rms"]))
+        checks.append(check(f"s{step} opt count momentum", opt[2].step,
+                            fx[pre + "opt/count/momentum"]))
+    if "grads" in parts and res.get("grads") is not None:
+        gflat = namemap.flatten_tree({"params": res["grads"]})
+        for name, ref in sorted(_group(fx, pre + "grad/").items()):
+            checks.append(check(f"s{step} grad {name}", gflat[namemap.cand_key(name)],
+                                namemap.drop_padding(name, ref), TOL_GRAD))
+    if "retnorm" in parts:
+        for k in ("lo", "hi"):
+            checks.append(check(f"s{step} retnorm {k}", state["retnorm"][k],
+                                fx[pre + f"retnorm/{k}"], TOL_STATE))
+        checks.append(check(f"s{step} slow updates", state["updates"],
+                            fx[pre + "counter/slow_updates"]))
+    if "outs" in parts:
+        checks.append(check(f"s{step} outs deter", res["outs"]["deter"], fx[pre + "out/deter"],
+                            TOL_STATE))
+        checks.append(check(f"s{step} outs stoch", res["outs"]["stoch"], fx[pre + "out/stoch"],
+                            (0.0, 0.0)))
+    return checks
