@@ -57,13 +57,13 @@ def pushed(tmp_path_factory):
     payload = bytes(range(256)) * 37 + b"dreamer-parity\n"
     (a / "data" / "tiny").mkdir(parents=True, exist_ok=True)
     (a / "data" / "tiny" / "blob.bin").write_bytes(payload)
-    sh(DVC, "add", "-q", "data/tiny/blob.bin", cwd=a)
+    sh(DVC, "add", "data/tiny/blob.bin", cwd=a)
     sh("git", "add", "data/tiny/blob.bin.dvc", "data/tiny/.gitignore", cwd=a)
     sh("git", *GIT_ID, "commit", "-q", "-m", "tiny tracked file", cwd=a)
-    sh(DVC, "push", "-q", cwd=a)                                  # committed default remote
+    sh(DVC, "push", "data/tiny/blob.bin.dvc", cwd=a)         # committed default remote
     other = root / "override-store"
     sh(DVC, "remote", "modify", "--local", "store", "url", other, cwd=a)
-    sh(DVC, "push", "-q", "-r", "store", cwd=a)                   # the --local override
+    sh(DVC, "push", "-r", "store", "data/tiny/blob.bin.dvc", cwd=a)       # --local override
     return root, payload, other
 
 
@@ -79,7 +79,7 @@ def test_default_remote_is_beside_the_clone(pushed):
     b = root / "b"
     sh("git", "clone", "-q", root / "a", b, cwd=root)
     assert not (b / "data" / "tiny" / "blob.bin").exists()
-    sh(DVC, "pull", "-q", cwd=b)
+    sh(DVC, "pull", "data/tiny/blob.bin.dvc", cwd=b)
     assert (b / "data" / "tiny" / "blob.bin").read_bytes() == payload
 
 
@@ -93,7 +93,7 @@ def test_local_override_round_trip(pushed):
     hidden = root / "hidden-default-store"
     default.rename(hidden)                                   # only the override can serve it
     try:
-        sh(DVC, "pull", "-q", "-r", "store", cwd=c)
+        sh(DVC, "pull", "-r", "store", "data/tiny/blob.bin.dvc", cwd=c)
         assert not default.exists()
     finally:
         hidden.rename(default)
