@@ -56,6 +56,7 @@ def test_cli_writes_every_output(tmp_path, monkeypatch):
     assert "no finished episode" in s["S2.candidate.s1.reason"]
     assert s["S2.A"] is None and s["S2.reason"] == "S2(2400) undefined for candidate seed 1"
     assert s["S2.reference.s0"] > 0 and s["S2.candidate.s0"] > 0
+    assert metrics_out.missing_reasons(s) == []
     assert s["LATE.points"] == 4
     assert s["concordance.reading"] in ("H1", "H2 or noise", "H1 and H3", "H3", "candidate better")
     assert s["entropy.windows"] == 6 and s["entropy.overlap_windows"] == 6
@@ -147,6 +148,7 @@ def test_failed_seed_scores_zero_and_is_reported(tmp_path, monkeypatch):
     assert res["concordance"]["at"][2400] == {"reference": 3, "candidate": 2}
     compare.write_outputs(res, tmp_path / "m", tmp_path / "m" / "plots", tmp_path / "r.md", figures=False)
     s = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert metrics_out.missing_reasons(s) == []
     assert s["failed_seeds.candidate"] == 1 and s["S1.candidate.s1"] == pytest.approx(500 / 3)
     assert s["S1.LEARNS"] is False and s["checks.flagged"] == 1 and s["checks.failed"] == 0
     report = (tmp_path / "r.md").read_text()
@@ -166,9 +168,8 @@ def test_constant_500_everywhere_has_no_nan_and_reasons(tmp_path):
     # H1 needs the reference's rate over the range to be at most 0.4: here it is 1.0
     assert s["concordance.H1"] is False and s["concordance.H3"] is False
     assert s["concordance.reading"] == "H2 or noise" and "Welch" in s["concordance.reading.reason"]
-    for k, v in s.items():
-        if v is None and not k.startswith("entropy.w"):
-            assert any(r.endswith("reason") and r.startswith(k.split(".")[0]) and s[r] for r in s), k
+    assert metrics_out.missing_reasons(s) == []
+    assert metrics_out.missing_reasons({"S1.welch_p": None, "S1.lo": 1.0}) == ["S1.welch_p"]
 
 
 def test_training_windows_overlap_relative_embed_and_null_windows(tmp_path):
@@ -198,3 +199,4 @@ def test_training_windows_overlap_relative_embed_and_null_windows(tmp_path):
     assert first["reference_n"] == 0 and pd.isna(first["overlap"]) and pd.isna(first["ratio"])
     s = metrics_out.summary(res)
     assert s["entropy.overlap_windows"] == 0 and s["entropy.w400.overlap"] is False
+    assert metrics_out.missing_reasons(s) == []

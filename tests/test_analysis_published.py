@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from dreamer_parity.analysis import compare, load, published, stats
+from dreamer_parity.analysis import compare, load, metrics_out, published, stats
 from dreamer_parity.params import validate
 
 SEEDS = [0, 1, 2]
@@ -87,6 +87,7 @@ def test_cli_on_published_round1(published_dir, tmp_path, monkeypatch):
     assert "S2.A" not in s and "episodes" in s["S2.reason"]
     assert s["entropy.overlap_windows"] is None and "training-metric" in s["entropy.reason"]
     assert s["checks.failed"] == 0 and s["checks.not_available"] > 0
+    assert metrics_out.missing_reasons(s) == []
     report = (tmp_path / "results" / "report.md").read_text()
     assert "N/A" in report and str(published_dir) not in report and str(tmp_path) not in report
     assert "<outside>/published/round1" in report

@@ -33,7 +33,7 @@ import pandas as pd
 from dreamer_parity import records
 from dreamer_parity.analysis import stats
 
-__all__ = ["summary", "write_summary", "write_plot_data", "eval_curve_frame", "entropy_frame",
+__all__ = ["summary", "write_summary", "missing_reasons", "write_plot_data", "eval_curve_frame", "entropy_frame",
            "atomic_text"]
 
 
@@ -131,10 +131,13 @@ def summary(result: dict) -> dict:
     if t is not None:
         for _, row in t[t["metric"] == stats.ENTROPY].iterrows():
             ov = row["overlap"]
-            out[f"entropy.w{row['rows']}.overlap"] = None if ov is None or pd.isna(ov) else bool(ov)
-            if out[f"entropy.w{row['rows']}.overlap"] is None:
-                out[f"entropy.w{row['rows']}.reason"] = "a side has no finite value in this window"
-            out[f"entropy.w{row['rows']}.ratio"] = _num(row["ratio"])
+            key = f"entropy.w{row['rows']}"
+            out[f"{key}.overlap"] = None if ov is None or pd.isna(ov) else bool(ov)
+            out[f"{key}.ratio"] = _num(row["ratio"])
+            if out[f"{key}.overlap"] is None:
+                out[f"{key}.reason"] = "a side has no finite value in this window"
+            elif out[f"{key}.ratio"] is None:
+                out[f"{key}.reason"] = "reference mean is 0: no ratio"
     counts = {}
     for ch in result["checks"]:
         counts[ch.status] = counts.get(ch.status, 0) + 1
@@ -146,9 +149,45 @@ def summary(result: dict) -> dict:
             for k, v in out.items()}
 
 
+_ALIASES = {"welch_t": "welch", "welch_p": "welch", "welch_df": "welch", "boot_lo": "boot",
+            "boot_hi": "boot", "effect": "seeds_needed", "H1": "reading", "H3": "reading",
+            "candidate_better": "reading"}
+
+
+def missing_reasons(s: dict) -> list[str]:
+    """Keys of ``s`` whose value is null and that have no non-null ``*.reason`` key.
+
+    The reason of ``a.b.c`` is ``a.b.c.reason`` or the reason of a prefix (``a.b.reason``,
+    ``a.reason``), after mapping the members of a group onto it (``welch_t`` ->
+    ``welch``, ``boot_lo`` -> ``boot``, ``H1`` -> ``reading``; ``<side>.rate`` ->
+    ``rate``); a side's ``mean`` is also explained by one of its seeds' reasons.
+    """
+    bad = []
+    for k, v in s.items():
+        if v is not None or k.endswith(".reason"):
+            continue
+        parts = k.split(".")
+        parts = [_ALIASES.get(p, p) for p in parts]
+        if parts[0] == "concordance" and parts[-1] == "rate":
+            parts = ["concordance", "rate"]
+        ok = any(s.get(".".join(parts[:i]) + ".reason") for i in range(len(parts), 0, -1))
+        if not ok and parts[-1] == "mean":
+            stem = ".".join(parts[:-1]) + ".s"
+            ok = any(r.startswith(stem) and r.endswith(".reason") and s[r] for r in s)
+        if not ok:
+            bad.append(k)
+    return bad
+
+
 def write_summary(result: dict, path) -> dict:
-    """Write ``summary.json`` atomically (``allow_nan=False``); returns the dict."""
+    """Write ``summary.json`` atomically (``allow_nan=False``); returns the dict.
+
+    Raises:
+      AssertionError: a null value without a reason (a bug in :func:`summary`).
+    """
     s = summary(result)
+    bad = missing_reasons(s)
+    assert not bad, f"summary.json: null without a reason: {bad}"
     records.write_json(path, s)
     return s
 
