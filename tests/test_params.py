@@ -299,3 +299,11 @@ def test_cli_check_reports_the_key(tmp_path):
 def test_profiles_have_the_declared_widths():
     assert P.PROFILES["full"]["deter"] == 512 and P.PROFILES["smoke"]["deter"] == 64
     assert set(P.PROFILES["full"]) == set(P.PROFILES["smoke"])
+
+
+def test_lists_written_as_text_are_read_as_lists():
+    raw = _set(_set(_defaults_raw(), "seeds", "[3, 4]"), "stats.late_rows", "[16000, 20000]")
+    p = validate(raw)
+    assert p["seeds"] == [3, 4] and p["stats"]["late_rows"] == [16000, 20000]
+    assert _error(_set(_defaults_raw(), "seeds", "0,1")) == \
+        "params: seeds: expected a list of integers, got '0,1'"
