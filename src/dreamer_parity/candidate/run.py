@@ -54,6 +54,16 @@ def chunk_steps_for(steps_per_point: int, limit: int = CHUNK_MAX) -> int:
     return 1
 
 
+def config_dict(cfg) -> dict:
+    """A dataclass config as a JSON-able dict (mappings become plain dicts)."""
+    from collections.abc import Mapping
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        out[f.name] = dict(v) if isinstance(v, Mapping) else v
+    return out
+
+
 def _log(msg: str) -> None:
     print(f"[candidate] {msg}", file=sys.stderr, flush=True)
 
@@ -157,7 +167,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     n_chunks = total_steps // chunk_steps
     counts_all = np.asarray(per_vector_step(total_steps, sched), np.int32)
     run_params = {k: params[k] for k in RUN_KEYS}
-    cfg_dict = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))
+    cfg_dict = config_dict(cfg)
     schedule = dict(dataclasses.asdict(sched), ratio=sched.ratio,
                     updates_at_points=[int(counts_all[:p // NUM_ENVS].sum())
                                        for p in paramslib.eval_points(params)],

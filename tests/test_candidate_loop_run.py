@@ -1,0 +1,213 @@
+"""End-to-end candidate runs at smoke size: records, determinism, resume, failures, CLI.
+
+Most runs use the stand-in agent of ``candidate_stub`` (fast to compile); one test runs
+the real agent at the smoke profile.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import candidate_stub as stub
+from dreamer_parity import params as paramslib
+from dreamer_parity import records
+from dreamer_parity.candidate import recording
+from dreamer_parity.candidate import run as runlib
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = paramslib.smoke_params()
+CFG = stub.StubConfig()
+
+
+def _run(tmp, name, params=SMOKE, work=None, **kw):
+    out = tmp / name / "out"
+    return out, runlib.run(params, out, work or (tmp / name / "work"), agent=stub, cfg=CFG,
+                           **kw)
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("cand")
+
+
+@pytest.fixture(scope="module")
+def run_a(tmp):
+    return _run(tmp, "a")
+
+
+def _files(out, seed):
+    d = records.run_dir(out, "candidate", seed)
+    return {n: (d / n).read_text() for n in ("records.jsonl", "episodes.jsonl", "DONE.json")}
+
+
+def _check_episodes(eps, steps_per_env):
+    by_w = {}
+    for e in eps:
+        by_w.setdefault(e["worker"], []).append(e)
+        assert e["length"] == e["score"] and 1 <= e["length"] <= 500
+        assert e["terminal"] or e["length"] == 500
+    for w, es in by_w.items():
+        row = -1
+        for e in es:   # each episode: a reset row plus `length` step rows
+            row += 1 + e["length"]
+            assert e["row_last"] == row
+        assert es[-1]["row_last"] <= steps_per_env
+
+
+@pytest.mark.slow
+def test_smoke_run_records(run_a):
+    out, res = run_a
+    assert res["completed"] and res["resumed_from_rows"] == 0
+    for seed in SMOKE["seeds"]:
+        d = records.run_dir(out, "candidate", seed)
+        run = records.read_run(d)
+        assert run["done"] == {"status": "ok"}
+        recs = run["records"]
+        assert [r["rows"] for r in recs] == [400, 800, 1200]
+        assert [r["updates"] for r in recs] == [0, 0, 81]
+        for r in recs:
+            assert r["side"] == "candidate" and r["seed"] == seed and r["status"] == "ok"
+            assert len(r["eval_returns"]) == 2 and r["eval_returns"] == [float(x) for x in
+                                                                         r["eval_lengths"]]
+        # window means: nothing before the gate; NaNs skipped (stub: NaN every other update)
+        assert recs[0]["retnorm"] is None and recs[0]["train"]["vector_loss"] is None
+        last = recs[-1]
+        assert last["train_counts"]["vector_loss"] == 81
+        assert last["train_counts"]["maybe_nan"] == 41
+        assert last["train"]["maybe_nan"] == pytest.approx(41.0)   # mean of 1, 3, ..., 81
+        assert last["retnorm"]["lo"] == pytest.approx(-8.1, abs=1e-4)
+        assert last["retnorm"]["scale"] == pytest.approx(48.6, abs=1e-3)
+        # the same 2 initial states and noise at every evaluation: stub params barely move
+        assert recs[0]["eval_returns"] == recs[1]["eval_returns"]
+        eps = run["episodes"]
+        _check_episodes(eps, 1200 // 16)
+        for r in recs:
+            assert r["s2"] == recording.s2(eps, 16, r["rows"] // 16)
+        assert run["run"]["config"]["params"]["rows"] == 1200
+        assert run["run"]["config"]["schedule"]["updates_at_points"] == [0, 0, 81]
+        assert "repo" in run["run"]["provenance"]
+        assert run["timing"]["compile_s"] > 0
+        with np.load(d / "params.npz") as z:
+            assert set(z.files) == {"enc/w", "actor/w", "actor/b"}
+            assert np.all(np.isfinite(z["actor/w"]))
+    # seeds differ
+    r0 = records.read_records(records.run_dir(out, "candidate", 0))
+    r1 = records.read_records(records.run_dir(out, "candidate", 1))
+    assert r0[-1]["train"] != r1[-1]["train"]
+
+
+@pytest.mark.slow
+def test_smoke_run_deterministic(tmp, run_a):
+    out_b, res_b = _run(tmp, "b")
+    for seed in SMOKE["seeds"]:
+        assert _files(run_a[0], seed) == _files(out_b, seed)
+
+
+@pytest.mark.slow
+def test_resume_after_kill_gives_same_records(tmp, run_a):
+    work = tmp / "c" / "work"
+    out, res = _run(tmp, "c", work=work, hooks={"stop_after_points": 2})
+    assert not res["completed"]
+    assert not (records.run_dir(out, "candidate", 0) / records.DONE).exists()
+    # a partial checkpoint write (killed while writing) leaves a temp file only
+    key_dir = work / res["key"]
+    (key_dir / "checkpoint.npz.tmp-99999").write_bytes(b"garbage")
+    out2, res2 = _run(tmp, "c", work=work)
+    assert res2["completed"] and res2["resumed_from_rows"] == 800
+    for seed in SMOKE["seeds"]:
+        assert _files(run_a[0], seed) == _files(out2, seed)
+    # other parameters: a clean start under another key
+    other = paramslib.validate({**SMOKE, "eval_episodes": 3})
+    _, res3 = _run(tmp, "c", params=other, work=work, hooks={"stop_after_points": 1})
+    assert res3["key"] != res["key"] and res3["resumed_from_rows"] == 0
+
+
+@pytest.mark.slow
+def test_nan_seed_fails_alone(tmp):
+    import jax
+    import jax.numpy as jnp
+
+    def poison(carry, point):
+        if point != 0:
+            return carry
+        agent = dict(carry["agent"])
+        agent["params"] = jax.tree.map(lambda x: x.at[1].set(jnp.nan), agent["params"])
+        return dict(carry, agent=agent)
+
+    out, res = _run(tmp, "nan", hooks={"after_point": poison})
+    ok = records.read_run(records.run_dir(out, "candidate", 0))
+    assert ok["done"]["status"] == "ok" and len(ok["records"]) == 3
+    bad_dir = records.run_dir(out, "candidate", 1)
+    bad = records.read_run(bad_dir)
+    assert bad["done"]["status"] == "failed"
+    assert "rows 800" in bad["done"]["reason"] and "parameters" in bad["done"]["reason"]
+    assert [r["status"] for r in bad["records"]] == ["ok", "failed"]
+    assert [r["rows"] for r in bad["records"]] == [400, 800]
+
+
+def _cli(tmp_path, text, extra=()):
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    code = ("import sys; from dreamer_parity.candidate.run import main; "
+            f"rc = main(['--params', {str(p)!r}, '--out', {str(tmp_path / 'o')!r}, *{list(extra)!r}]); "
+            "assert 'jax' not in sys.modules, 'jax imported before validation'; sys.exit(rc)")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("profile: huge\n", "profile"),
+    ("decode: fancy\n", "decode"),
+    ("seeds: [1, 1]\n", "seeds"),
+    ("seeds: [-2]\n", "seeds"),
+    ("seeds: [0.5]\n", "seeds"),
+    ("rows: 1000\neval_every: 400\n", "eval_every"),
+])
+def test_cli_rejects_bad_params_before_compiling(tmp_path, text, needle):
+    r = _cli(tmp_path, text)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: params: ") and needle in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_missing_file_and_work_dir_inside_out(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "dreamer_parity.candidate.run", "--params",
+                        str(tmp_path / "nope.yaml"), "--out", "o"], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "not found" in r.stderr
+    r = _cli(tmp_path, "round: x\n", ["--work-dir", str(tmp_path / "o" / "w")])
+    assert r.returncode == 2 and "--work-dir" in r.stderr
+
+
+@pytest.mark.slow
+def test_real_agent_smoke_run(tmp):
+    """The real agent at the smoke profile: 81 updates, finite metrics, deterministic."""
+    pytest.importorskip("dreamer_parity.candidate.agent")
+    outs = []
+    for name in ("real1", "real2"):
+        out = tmp / name / "out"
+        res = runlib.run(SMOKE, out, tmp / name / "work")
+        assert res["completed"] and not res["failed"]
+        outs.append(out)
+    for seed in SMOKE["seeds"]:
+        assert _files(outs[0], seed) == _files(outs[1], seed)
+        run = records.read_run(records.run_dir(outs[0], "candidate", seed))
+        recs = run["records"]
+        assert [r["updates"] for r in recs] == [0, 0, 81]
+        last = recs[-1]
+        for name in ("vector_loss", "reward_loss", "cont_loss", "dyn_loss", "rep_loss",
+                     "actor_loss", "critic_loss", "replay_critic_loss", "opt_loss"):
+            assert last["train_counts"][name] == 81
+            assert math.isfinite(last["train"][name])
+        assert last["retnorm"] is not None and last["retnorm"]["scale"] >= 1.0
+        assert all(0 < x <= 500 for x in last["eval_returns"])
+        _check_episodes(run["episodes"], 1200 // 16)
+        assert run["run"]["config"]["agent"]["deter"] == paramslib.PROFILES["smoke"]["deter"]
