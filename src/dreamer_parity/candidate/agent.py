@@ -28,7 +28,7 @@ from .config import LOSS_TERMS, AgentConfig
 from .nets import symlog
 
 __all__ = ["AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
-           "init_params"]
+           "init_params", "lambda_return", "replay_return", "retnorm_update", "kl_losses"]
 
 f32 = jnp.float32
 i32 = jnp.int32
@@ -163,7 +163,7 @@ def policy_step(cfg: AgentConfig, params, carry, obs, is_first, key=None, draws=
 
 # --------------------------------------------------------------------------- train
 
-def _lambda_return(rew, con, val, lam):
+def lambda_return(rew, con, val, lam):
     """Time-major lambda return (agent.py:302-310): rew, con, val f32[H+1, N] -> f32[H, N].
     R_H = val_H;  R_t = rew_{t+1} + con_{t+1}*((1-lam)*val_{t+1} + lam*R_{t+1})."""
     disc = con[1:]
@@ -174,8 +174,11 @@ def _lambda_return(rew, con, val, lam):
     return jnp.stack(list(reversed(rets))[:-1], 0)
 
 
-def _replay_return(reward, is_terminal, is_last, boot, cfg):
-    """Replay lambda return (agent.py:336-345), batch-major f32[B, T] -> f32[B, T-1]."""
+def replay_return(reward, is_terminal, is_last, boot, cfg):
+    """Replay lambda return (agent.py:336-345), batch-major f32[B, T] -> f32[B, T-1]:
+    live = (1-is_terminal)*(1-1/horizon), c = (1-is_last)*lambda_replay (both of row t+1),
+    R_{T-1} = boot_{T-1};  R_t = reward_{t+1} + live_{t+1}*((1-c_{t+1})*boot_{t+1} + c_{t+1}*R_{t+1}).
+    """
     live = (1 - is_terminal.astype(f32))[:, 1:] * (1 - 1 / cfg.horizon)
     cont = (1 - is_last.astype(f32))[:, 1:] * cfg.return_lambda_replay
     interm = reward[:, 1:] + (1 - cont) * live * boot[:, 1:]
@@ -189,8 +192,26 @@ def _replay_return(reward, is_terminal, is_last, boot, cfg):
     return rets.T
 
 
-def _percentile(x, q):
-    return jnp.percentile(x.ravel(), q)
+def retnorm_update(retnorm, ret, cfg):
+    """Return normaliser (jaxutils.py:301-395, impl perc): EMA (rate) of the lo/hi
+    percentiles of ``ret`` (linear interpolation over all entries), from 0 without bias
+    correction.  Returns (new {"lo","hi"}, offset = lo, scale = max(limit, hi - lo))."""
+    x = sg(ret.astype(f32)).ravel()
+    rate = cfg.retnorm_rate
+    lo = (1 - rate) * retnorm["lo"] + rate * jnp.percentile(x, cfg.retnorm_lo)
+    hi = (1 - rate) * retnorm["hi"] + rate * jnp.percentile(x, cfg.retnorm_hi)
+    return {"lo": lo, "hi": hi}, lo, jnp.maximum(cfg.retnorm_limit, hi - lo)
+
+
+def kl_losses(post, prior, free):
+    """dyn = KL(sg(post) || prior), rep = KL(post || sg(prior)), summed over the S latents,
+    then max(., free) (free bits after the sum; nets.py:97-110).  Logits f32[..., S, K]
+    -> (dyn f32[...], rep f32[...])."""
+    dyn = dists.kl(sg(post), prior).sum(-1)
+    rep = dists.kl(post, sg(prior)).sum(-1)
+    if free:
+        dyn, rep = jnp.maximum(dyn, free), jnp.maximum(rep, free)
+    return dyn, rep
 
 
 def _loss(params, cfg, slow, retnorm, batch, noise, bins):
@@ -238,12 +259,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins):
     con_l = heads.con_logit(params["con"], cfg, deter, stoch_flat)
     losses["cont"] = -dists.bernoulli_log_prob(con_l, cont * (1 - 1 / cfg.horizon))
     prior = rssm.prior_logits(params["dyn"], cfg, deter)
-    dyn = dists.kl(sg(post), prior).sum(-1)
-    rep = dists.kl(post, sg(prior)).sum(-1)
-    if cfg.free_nats:
-        dyn = jnp.maximum(dyn, cfg.free_nats)
-        rep = jnp.maximum(rep, cfg.free_nats)
-    losses["dyn"], losses["rep"] = dyn, rep
+    losses["dyn"], losses["rep"] = kl_losses(post, prior, cfg.free_nats)
 
     # Imagination from every posterior state (agent.py:251-282); no gradient flows here.
     sp = sg(params)
@@ -276,13 +292,10 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins):
     val = sg(mean(critic_l))
     slowval = mean(heads.critic_logits(slow, cfg, t_deter[:H], t_stoch[:H]))
     weight = jnp.cumprod(con, 0)
-    ret = _lambda_return(rew, con, val, lam)                            # (H,N)
+    ret = lambda_return(rew, con, val, lam)                            # (H,N)
 
     # Return normaliser (jaxutils.py:301-395, impl perc), updated before use.
-    rate = cfg.retnorm_rate
-    lo = (1 - rate) * retnorm["lo"] + rate * _percentile(ret, cfg.retnorm_lo)
-    hi = (1 - rate) * retnorm["hi"] + rate * _percentile(ret, cfg.retnorm_hi)
-    roffset, rscale = lo, jnp.maximum(cfg.retnorm_limit, hi - lo)
+    retnorm, roffset, rscale = retnorm_update(retnorm, ret, cfg)
 
     # Actor (agent.py:312-321).
     adv = (ret - val[:H]) / rscale
@@ -300,7 +313,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins):
     rc_l = heads.critic_logits(params["critic"], cfg, deter, stoch_flat)      # (B,T,bins)
     rc_slow = sg(mean(heads.critic_logits(slow, cfg, sg(deter), sg(stoch_flat))))
     boot = sg(ret[0].reshape(B, T))
-    replay_ret = sg(_replay_return(reward, is_terminal, is_last, boot, cfg))  # (B,T-1)
+    replay_ret = sg(replay_return(reward, is_terminal, is_last, boot, cfg))  # (B,T-1)
     losses["replay_critic"] = sg(1 - is_last.astype(f32))[:, :-1] * -(
         twohot.log_prob(rc_l[:, :-1], replay_ret, bins)
         + cfg.slowreg * twohot.log_prob(rc_l[:, :-1], rc_slow[:, :-1], bins))
@@ -334,7 +347,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins):
 
     total = sum(scales[k] * losses[k].mean() for k in LOSS_TERMS)
     outs = {"deter": deter, "stoch": jnp.argmax(stoch, -1).astype(i32)}
-    return total, (m, {"lo": lo, "hi": hi}, outs)
+    return total, (m, retnorm, outs)
 
 
 def train_step(cfg: AgentConfig, state, batch, key=None, draws=None):

@@ -119,9 +119,9 @@ def apply(tx, grads, opt_state, params):
     params = optax.apply_updates(params, updates)
     steps = opt_state[-1].count
     metrics = {
-        "opt_grad_norm": optax.global_norm(grads),
-        "opt_update_norm": optax.global_norm(updates),
-        "opt_param_norm": optax.global_norm(params),
+        "opt_grad_norm": optax.tree.norm(grads),
+        "opt_update_norm": optax.tree.norm(updates),
+        "opt_param_norm": optax.tree.norm(params),
         "opt_grad_steps": steps.astype(f32),
     }
     return params, opt_state, metrics

@@ -8,13 +8,15 @@ Bins live in raw value space: ``symexp`` of a symmetric grid from -20 to 20 with
     Bins built once in float64 and rounded to float32 (exactly mirror-symmetric).  The
     expectation is ``sum((p[m+1:] - p[:m][::-1]) * b[m+1:])`` with m = (n-1)/2: the centre
     bin is 0 so p[m]*b[m] = 0, and the mirror pairs are differenced in probability space
-    before multiplying.  It is exactly 0 whenever the probabilities are mirror-symmetric
-    (for example all-zero logits) and XLA's contraction of multiply-add pairs into FMAs
-    cannot change that, because no product of equal-and-opposite large terms is formed.
+    before multiplying, so no product of equal-and-opposite large terms is formed.  A pair
+    with bitwise-equal logits contributes exactly 0 (see :func:`mean_exact`), so the result
+    is exactly 0 for mirror-symmetric logits (for example all-zero logits) whatever FMA
+    contractions XLA applies.
 
 ``ref`` (the reference's literal formula, jaxutils.py:226-250)
-    Bins built as the reference builds them inside jit, in float32:
-    ``half = symexp(linspace(-20, 0, 128)); bins = concat(half, -half[:-1][::-1])``, and the
+    Bins equal to the reference's, which it builds inside jit in float32:
+    ``half = symexp(linspace(-20, 0, 128)); bins = concat(half, -half[:-1][::-1])`` (values
+    stored, see :func:`bins_ref`), and the
     mean is the pair sum ``(p[m]*b[m]).sum() + ((p[:m]*b[:m])[::-1] + p[m+1:]*b[m+1:]).sum()``.
     Under jit XLA fuses each pair into an FMA, leaving one product unrounded, so with
     |b| up to 4.85e8 the sum of nominally cancelling pairs is not 0.  Measured (study
@@ -56,13 +58,44 @@ def bins_exact(n: int = 255):
     return jnp.asarray(np.concatenate([-pos[::-1], np.zeros(1, np.float32), pos]), f32)
 
 
+#: float32 bit patterns of the reference's half grid symexp(linspace(-20, 0, 128)) as jax
+#: 0.4.26 (the reference venv) computes it under jit on CPU.  jax 0.10's XLA evaluates the
+#: same ops (iota / 127, then -20 * (1 - step)) with different rounding in 42 of 128 points
+#: (1 ulp of the grid, ~2e-6 relative in the bins), so the values are stored.
+_REF_HALF_255 = np.array([
+    0xcde75844, 0xcdc5a2eb, 0xcda8d6ec, 0xcd903d11, 0xcd7671b4, 0xcd528923, 0xcd33dbfc,
+    0xcd19a716, 0xcd0343b7, 0xcce046c6, 0xccbf9914, 0xcca3ae52, 0xcc8bd4e3, 0xcc6eea1c,
+    0xcc4c1a68, 0xcc2e5d31, 0xcc14f546, 0xcbfe8206, 0xcbd96cac, 0xcbb9be90, 0xcb9eae24,
+    0xcb878f3e, 0xcb679d85, 0xcb45de15, 0xcb290976, 0xcb10683e, 0xcaf6bb79, 0xcad2c828,
+    0xcab411d2, 0xca99d514, 0xca836b01, 0xca608a02, 0xca3fd284, 0xca23df62, 0xca0bfecd,
+    0xc9ef31b8, 0xc9cc5794, 0xc9ae9172, 0xc99521e8, 0xc97ece48, 0xc959adcf, 0xc939f61b,
+    0xc91edd96, 0xc907b7c3, 0xc8e7e2bd, 0xc8c61932, 0xc8a93bf2, 0xc890935a, 0xc8770518,
+    0xc8530704, 0xc834477c, 0xc81a02e3, 0xc803921b, 0xc7e0ccbf, 0xc7c00b75, 0xc7a40ff5,
+    0xc78c2831, 0xc76f784c, 0xc74c93bb, 0xc72ec4b2, 0xc7154d8c, 0xc6ff1890, 0xc6d9ecfc,
+    0xc6ba2be2, 0xc69f0b40, 0xc687de7d, 0xc6682456, 0xc64650ac, 0xc6296ac6, 0xc610bac2,
+    0xc5f7474c, 0xc5d33e71, 0xc5b475b4, 0xc59a293e, 0xc583b1be, 0xc561008b, 0xc5403573,
+    0xc5243193, 0xc50c42b0, 0xc4efa10c, 0xc4ccb206, 0xc4aeda0f, 0xc4955b48, 0xc47f26fe,
+    0xc459f047, 0xc43a259f, 0xc41efcdd, 0xc407c92a, 0xc3e7edd6, 0xc3c6100c, 0xc3a9217f,
+    0xc3906a20, 0xc376995d, 0xc35285b7, 0xc333b3c2, 0xc3195f6c, 0xc302e131, 0xc2df53f2,
+    0xc2be7f08, 0xc2a272bf, 0xc28a7cb2, 0xc26c08d3, 0xc2490f58, 0xc22b2e70, 0xc211a808,
+    0xc1f7b374, 0xc1d27199, 0xc1b29d72, 0xc1976c8e, 0xc18031e8, 0xc158b36f, 0xc136cb80,
+    0xc119d44a, 0xc1011585, 0xc0d7e384, 0xc0b3c510, 0xc094e9e1, 0xc0751b4e, 0xc048115c,
+    0xc0219769, 0xc000b8aa, 0xbfc94800, 0xbf994d8a, 0xbf60a168, 0xbf1a997e, 0xbebd8b91,
+    0xbe2ea6b3, 0x00000000], np.uint32)
+
+
 def bins_ref(n: int = 255):
-    """float32[n] bins built with jnp ops as the reference builds them (nets.py:467-471);
-    call inside the traced function so they are built in the same way."""
+    """float32[n] bins equal to the reference's (nets.py:467-471):
+    half = symexp(linspace(-20, 0, (n-1)/2 + 1)) in float32, bins = concat(half,
+    -half[:-1][::-1]).  For n = 255 the half grid is the stored reference value
+    (:data:`_REF_HALF_255`; a test checks it against the reference venv); other n are
+    computed with jnp ops."""
     if n % 2 != 1:
         raise ValueError(f"twohot.bins_ref: n must be odd, got {n}")
-    half = jnp.linspace(-20, 0, (n - 1) // 2 + 1, dtype=f32)
-    half = symexp(half)
+    if n == 255:
+        half = jnp.asarray(_REF_HALF_255.view(np.float32))
+    else:
+        half = symexp(jnp.linspace(-20, 0, (n - 1) // 2 + 1, dtype=f32))
     return jnp.concatenate([half, -half[:-1][::-1]], 0)
 
 
@@ -76,10 +109,17 @@ def bins(n: int, decode: str):
 
 
 def mean_exact(logits, b):
-    """Expectation f32[...] of f32[..., n] logits: mirror-difference form (see module doc)."""
+    """Expectation f32[...] of f32[..., n] logits: mirror-difference form (see module doc).
+
+    Pairs whose logits are bitwise equal contribute exactly 0 (``where``): XLA may contract
+    ``p_hi - p_lo`` (each p = e * 1/Z) into an FMA, which leaves a ~1e-9 residual even for
+    equal logits, and the outer bins (4.85e8) would amplify it to ~0.1-0.5.
+    """
     p = jax.nn.softmax(logits, -1)
     m = (logits.shape[-1] - 1) // 2
-    return ((p[..., m + 1:] - p[..., :m][..., ::-1]) * b[m + 1:]).sum(-1)
+    l_hi, l_lo = logits[..., m + 1:], logits[..., :m][..., ::-1]
+    diff = jnp.where(l_hi == l_lo, 0.0, p[..., m + 1:] - p[..., :m][..., ::-1])
+    return (diff * b[m + 1:]).sum(-1)
 
 
 def mean_ref(logits, b):

@@ -1,0 +1,290 @@
+"""Unit tests of the candidate agent's pieces (fast; numpy references written by hand)."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dreamer_parity.candidate import agent, dists, nets, optim, twohot
+from dreamer_parity.candidate.config import AgentConfig
+
+REFPY = Path.home() / ".cache" / "dreamer-parity" / "refvenv" / "bin" / "python"
+
+
+# ------------------------------------------------------------------ symlog / symexp
+
+def test_symlog_symexp_values_and_inverse():
+    x = jnp.array([-1e6, -3.0, -1.0, 0.0, 0.5, 1.0, 20.0], jnp.float32)
+    np.testing.assert_allclose(nets.symlog(x), np.sign(x) * np.log(1 + np.abs(np.float64(x))),
+                               rtol=1e-6)
+    assert float(nets.symlog(jnp.float32(np.e - 1))) == pytest.approx(1.0, rel=1e-6)
+    assert float(nets.symexp(jnp.float32(1.0))) == pytest.approx(np.e - 1, rel=1e-6)
+    np.testing.assert_allclose(nets.symexp(nets.symlog(x)), x, rtol=1e-5)
+    assert float(nets.symlog(jnp.float32(0.0))) == 0.0
+
+
+# ------------------------------------------------------------------ two-hot
+
+def _ref_logprob_dense(logits, x, b):
+    """The reference formula (jaxutils.py:255-274) in float64 numpy with a dense target."""
+    logits, x, b = np.float64(logits), np.float64(x), np.float64(b)
+    n = len(b)
+    below = np.clip((b <= x[..., None]).sum(-1) - 1, 0, n - 1)
+    above = np.clip(n - (b > x[..., None]).sum(-1), 0, n - 1)
+    equal = below == above
+    db = np.where(equal, 1, np.abs(b[below] - x))
+    da = np.where(equal, 1, np.abs(b[above] - x))
+    tgt = np.eye(n)[below] * (da / (db + da))[..., None] + np.eye(n)[above] * (db / (db + da))[..., None]
+    lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) + logits.max(-1, keepdims=True)
+    return (tgt * (logits - lse)).sum(-1)
+
+
+def test_bins_symmetric_grid():
+    b = np.asarray(twohot.bins_exact(255))
+    assert b.shape == (255,) and b.dtype == np.float32
+    assert b[127] == 0.0 and np.all(b[128:] == -b[:127][::-1])
+    np.testing.assert_allclose(b, np.sign(np.linspace(-20, 20, 255)) * np.expm1(np.abs(np.linspace(-20, 20, 255))),
+                               rtol=1e-6)
+    r = np.asarray(jax.jit(lambda: twohot.bins_ref(255))())
+    assert r[127] == 0.0 and np.all(r[128:] == -r[:127][::-1])
+    np.testing.assert_allclose(r, b, rtol=3e-6)
+
+
+def test_twohot_encode_weights():
+    b = twohot.bins_exact(5)                       # [-(e^20-1), -(e^10-1), 0, e^10-1, e^20-1]
+    x = jnp.array([0.0, 1.0, -5.0, 1e12, -1e12, float(b[3])], jnp.float32)
+    below, above, wb, wa = [np.asarray(v) for v in twohot.encode(x, b)]
+    assert list(below) == [2, 2, 1, 4, 0, 3] and list(above) == [3, 3, 2, 4, 0, 4]
+    assert wb[0] == 1.0 and wa[0] == 0.0                     # exactly on a bin: all weight there
+    np.testing.assert_allclose(wa[1], 1.0 / float(b[3]), rtol=1e-6)
+    np.testing.assert_allclose(wb[1] + wa[1], 1.0, rtol=1e-6)
+    assert wb[3] == wa[3] == 0.5 and wb[4] == wa[4] == 0.5  # clipped outside the range
+    assert wb[5] == 1.0 and wa[5] == 0.0
+
+
+@pytest.mark.parametrize("decode", ["exact", "ref"])
+def test_twohot_log_prob_matches_reference_formula(decode):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(64, 255)).astype(np.float32) * 3
+    x = np.concatenate([rng.normal(size=32) * 10, rng.normal(size=28) * 1e4, [0.0, 1.0, -1.0, 1e9]]).astype(np.float32)
+    b = jax.jit(lambda: twohot.bins(255, decode))()
+    got = jax.jit(twohot.log_prob)(logits, x, b)
+    np.testing.assert_allclose(got, _ref_logprob_dense(logits, x, np.asarray(b)), rtol=2e-5, atol=2e-5)
+
+
+def test_exact_decode_zero_for_zero_and_mirror_logits_under_jit():
+    b = twohot.bins_exact(255)
+    f = jax.jit(lambda l: twohot.mean_exact(l, b))
+    assert np.all(np.asarray(f(jnp.zeros((7, 255), jnp.float32))) == 0.0)
+    rng = np.random.default_rng(1)
+    half = rng.normal(size=(5, 127)).astype(np.float32)
+    mirror = np.concatenate([half, rng.normal(size=(5, 1)).astype(np.float32), half[:, ::-1]], -1)
+    assert np.all(np.asarray(f(mirror)) == 0.0)
+    g = jax.jit(lambda x, w: twohot.mean_exact(jax.nn.silu(x) @ w, b))   # in-graph logits
+    wh = rng.normal(size=(8, 127)).astype(np.float32)
+    w = np.concatenate([wh, rng.normal(size=(8, 1)).astype(np.float32), wh[:, ::-1]], -1)
+    assert np.all(np.asarray(g(rng.normal(size=(256, 8)).astype(np.float32), w)) == 0.0)
+    # a one-sided distribution gives its bin value
+    peak = np.full((1, 255), -1e4, np.float32)
+    peak[0, 140] = 0.0
+    np.testing.assert_allclose(f(peak), [float(b[140])], rtol=1e-6)
+
+
+def test_ref_decode_is_literal_pair_sum():
+    rng = np.random.default_rng(2)
+    logits = (rng.normal(size=(16, 255)) * 2).astype(np.float32)
+    b = np.asarray(jax.jit(lambda: twohot.bins_ref(255))())
+    p = np.asarray(jax.nn.softmax(jnp.asarray(logits), -1))
+    m = 127
+    want = (p[:, m:m + 1] * b[m:m + 1]).sum(-1) + ((p[:, :m] * b[:m])[:, ::-1] + p[:, m + 1:] * b[m + 1:]).sum(-1)
+    got = np.asarray(twohot.mean_ref(jnp.asarray(logits), jnp.asarray(b)))       # eager
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    exact64 = (np.float64(p) * np.float64(b)).sum(-1)
+    np.testing.assert_allclose(np.asarray(twohot.mean_exact(jnp.asarray(logits), twohot.bins_exact(255))),
+                               exact64, rtol=1e-3, atol=1e-2)
+
+
+def test_ref_bins_equal_reference_jax_bins():
+    """The ``ref`` bins built under jax 0.10 equal those the reference's jax 0.4.26 builds."""
+    if not REFPY.exists():
+        pytest.skip("reference venv absent; run `make reference-setup`")
+    code = ("import jax, jax.numpy as jnp, numpy as np\n"
+            "def f():\n h = jnp.linspace(-20, 0, 128, dtype=jnp.float32)\n"
+            " h = jnp.sign(h) * jnp.expm1(jnp.abs(h))\n"
+            " return jnp.concatenate([h, -h[:-1][::-1]], 0)\n"
+            "print(np.asarray(jax.jit(f)()).view(np.uint32).tolist())\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([str(REFPY), "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-500:]
+    ref = np.array(eval(out.stdout.strip()), np.uint32)
+    ours = np.asarray(jax.jit(lambda: twohot.bins_ref(255))()).view(np.uint32)
+    assert np.array_equal(ours, ref)
+
+
+# ------------------------------------------------------------------ categoricals
+
+def test_kl_free_bits_and_gradient_routing():
+    rng = np.random.default_rng(3)
+    post = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+    prior = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+    pp = np.exp(post) / np.exp(post).sum(-1, keepdims=True)
+    qq = np.exp(prior) / np.exp(prior).sum(-1, keepdims=True)
+    kl = (pp * (np.log(pp) - np.log(qq))).sum(-1).sum(-1)            # summed over latents
+    dyn, rep = agent.kl_losses(post, prior, 1.0)
+    np.testing.assert_allclose(dyn, np.maximum(kl, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(rep, np.maximum(kl, 1.0), rtol=1e-5)
+    d0, _ = agent.kl_losses(post, prior, 0.0)
+    np.testing.assert_allclose(d0, kl, rtol=1e-5)
+    big = jnp.float32(100.0)
+    g_post, g_prior = jax.grad(lambda a, b: agent.kl_losses(a, b, 0.0)[0].sum(), (0, 1))(post, prior)
+    assert float(jnp.abs(g_post).max()) == 0.0 and float(jnp.abs(g_prior).max()) > 0
+    g_post, g_prior = jax.grad(lambda a, b: agent.kl_losses(a, b, 0.0)[1].sum(), (0, 1))(post, prior)
+    assert float(jnp.abs(g_prior).max()) == 0.0 and float(jnp.abs(g_post).max()) > 0
+    g = jax.grad(lambda a: agent.kl_losses(a, prior, big)[1].sum())(post)   # all below free bits
+    assert float(jnp.abs(g).max()) == 0.0
+
+
+def test_unimix_and_straight_through():
+    logits = jnp.array([[10.0, 0.0, -10.0, 0.0]], jnp.float32)
+    mixed = dists.unimix_logits(logits, 0.01)
+    p = np.exp(np.asarray(mixed))
+    sm = np.exp([10, 0, -10, 0]) / np.exp([10, 0, -10, 0]).sum()
+    np.testing.assert_allclose(p[0], 0.99 * sm + 0.0025, rtol=1e-5)
+    onehot = jnp.array([[0.0, 0.0, 1.0, 0.0]])
+    z = dists.categorical_from_noise(mixed, onehot)
+    assert np.array_equal(np.asarray(z), np.asarray(onehot))       # value is exactly the draw
+    g = jax.grad(lambda l: (dists.categorical_from_noise(l, onehot) * jnp.arange(4.0)).sum())(mixed)
+    assert float(jnp.abs(g).max()) > 0                               # gradient through probs
+    u = jnp.array([0.0, 0.3, 0.999999])
+    s = dists.sample_onehot(jnp.log(jnp.array([[0.25, 0.25, 0.5]] * 3)), u)
+    assert np.argmax(np.asarray(s), -1).tolist() == [0, 1, 2]
+
+
+def test_bernoulli_soft_label():
+    l, y = jnp.float32(0.7), 1 - 1 / 333
+    s = 1 / (1 + np.exp(-0.7))
+    want = y * np.log(s) + (1 - y) * np.log(1 - s)
+    assert float(dists.bernoulli_log_prob(l, y)) == pytest.approx(want, rel=1e-6)
+
+
+# ------------------------------------------------------------------ returns
+
+def test_lambda_return_hand_example():
+    lam = 0.5
+    rew = jnp.array([[9.0], [1.0], [2.0]])        # H = 2; rew[0] is the start reward (unused)
+    con = jnp.array([[1.0], [0.5], [1.0]])
+    val = jnp.array([[5.0], [4.0], [10.0]])
+    # R2 = 10; R1 = 2 + 1*(0.5*10 + 0.5*10) = 12; R0 = 1 + 0.5*(0.5*4 + 0.5*12) = 5
+    ret = agent.lambda_return(rew, con, val, lam)
+    np.testing.assert_allclose(np.asarray(ret)[:, 0], [5.0, 12.0], rtol=1e-6)
+
+
+def test_replay_return_hand_example():
+    cfg = AgentConfig.for_profile("smoke", horizon=2.0, return_lambda_replay=0.5)
+    reward = jnp.array([[0.0, 1.0, 2.0, 3.0]])
+    boot = jnp.array([[10.0, 20.0, 30.0, 40.0]])
+    term = jnp.array([[False, False, False, True]])
+    last = jnp.array([[False, False, True, False]])
+    # live = [0.5, 0.5, 0] ; c = [0.5, 0, 0.5] for rows 1..3 ; R3 = 40
+    # R2 = 3 + 0*(...) = 3
+    # R1 = 2 + 0.5*((1-0)*30 + 0*3) = 17
+    # R0 = 1 + 0.5*(0.5*20 + 0.5*17) = 10.25
+    r = agent.replay_return(reward, term, last, boot, cfg)
+    np.testing.assert_allclose(np.asarray(r)[0], [10.25, 17.0, 3.0], rtol=1e-6)
+
+
+def test_return_normaliser():
+    cfg = AgentConfig.for_profile("smoke")
+    ret = jnp.arange(101.0).reshape(1, 101) * 0.1       # percentiles 5 -> 0.5, 95 -> 9.5
+    st, off, scale = agent.retnorm_update({"lo": jnp.float32(0), "hi": jnp.float32(0)}, ret, cfg)
+    assert float(st["lo"]) == pytest.approx(0.005, rel=1e-5) and float(st["hi"]) == pytest.approx(0.095, rel=1e-5)
+    assert float(off) == pytest.approx(0.005, rel=1e-5) and float(scale) == 1.0   # limit 1
+    st = {"lo": jnp.float32(-1.0), "hi": jnp.float32(30.0)}
+    st2, off, scale = agent.retnorm_update(st, ret, cfg)
+    lo = 0.99 * -1 + 0.01 * 0.5
+    hi = 0.99 * 30 + 0.01 * 9.5
+    assert float(off) == pytest.approx(lo, rel=1e-5) and float(scale) == pytest.approx(hi - lo, rel=1e-5)
+
+
+# ------------------------------------------------------------------ optimizer
+
+def test_optimizer_against_hand_computation():
+    cfg = AgentConfig.for_profile("smoke", warmup=2, lr=0.1)
+    params = {"a": jnp.array([[3.0, 4.0]], jnp.float32), "b": jnp.array([1e-5, 0.0], jnp.float32)}
+    grads = [{"a": jnp.array([[1.0, -2.0]]), "b": jnp.array([3.0, 4.0])},
+             {"a": jnp.array([[0.1, 0.0]]), "b": jnp.array([-1.0, 0.5])},
+             {"a": jnp.array([[5.0, 5.0]]), "b": jnp.array([0.0, 1.0])}]
+    tx = optim.make(cfg)
+    state = tx.init(params)
+    p_np = {k: np.float64(v) for k, v in params.items()}
+    nu = {k: np.zeros_like(v) for k, v in p_np.items()}
+    mu = {k: np.zeros_like(v) for k, v in p_np.items()}
+    for t, g in enumerate(grads, start=1):
+        new_params, state, m = optim.apply(tx, g, state, params)
+        for k in p_np:
+            gk = np.float64(g[k])
+            upper = 0.3 * max(1e-3, np.linalg.norm(p_np[k]))
+            u = gk / max(1.0, np.linalg.norm(gk) / upper)                      # AGC
+            nu[k] = 0.999 * nu[k] + 0.001 * u * u
+            # bias corrections in float32 as jnp computes beta ** step (1 - 0.999 is inexact)
+            u = u / (np.sqrt(nu[k] / np.float64(1 - np.float32(0.999) ** t)) + 1e-20)  # RMS
+            mu[k] = 0.9 * mu[k] + 0.1 * u
+            u = mu[k] / np.float64(1 - np.float32(0.9) ** t)                 # momentum
+            u = -0.1 * u * min(max((t - 1) / 2, 0), 1)                       # lr, warm-up
+            p_np[k] = p_np[k] + u
+        for k in p_np:
+            np.testing.assert_allclose(new_params[k], p_np[k], rtol=1e-5, atol=1e-9)
+        assert float(m["opt_grad_steps"]) == t
+        gn = np.sqrt(sum((np.float64(v) ** 2).sum() for v in g.values()))
+        assert float(m["opt_grad_norm"]) == pytest.approx(gn, rel=1e-6)
+        assert float(m["opt_param_norm"]) == pytest.approx(
+            np.sqrt(sum((v ** 2).sum() for v in p_np.values())), rel=1e-5)
+        params = new_params
+        if t == 1:
+            assert float(m["opt_update_norm"]) == 0.0          # first update multiplied by 0
+    # "b" starts near 0: its AGC bound uses pmin 1e-3 -> the first grad is scaled to norm 3e-4
+
+
+# ------------------------------------------------------------------ sizes
+
+def test_param_count_full_profile():
+    cfg = AgentConfig.for_profile("full")
+    shapes = jax.eval_shape(lambda k: agent.init_params(k, cfg), jax.random.PRNGKey(0))
+    counts = {m: agent.param_count(p) for m, p in shapes.items()}
+    assert agent.param_count(shapes) == 637_381
+    # the reference's 1m preset per module (ALGORITHM.md section 0), minus 65 padded
+    # two-hot columns in rew and critic
+    assert counts == {"dyn": 364_160, "critic": 66_176 - 65, "rew": 57_728 - 65, "dec": 49_796,
+                      "actor": 49_666, "con": 41_153, "enc": 8_832}
+
+
+def test_init_scales():
+    cfg = AgentConfig.for_profile("full")
+    p = agent.init_params(jax.random.PRNGKey(0), cfg)
+    k = np.asarray(p["dyn"]["dyn0"]["kernel"])
+    assert k.shape == (8, 64 + 3 * 64, 64)
+    fan = 512 + 3 * 8 * 64                                  # full input width of the block layer
+    assert np.std(k) == pytest.approx(1 / np.sqrt(fan), rel=0.03)
+    assert np.abs(k).max() <= 2 * 1.1368 / np.sqrt(fan) + 1e-7
+    assert np.std(np.asarray(p["enc"]["mlp1"]["kernel"])) == pytest.approx(1 / 8, rel=0.05)
+    assert float(jnp.abs(p["rew"]["out"]["kernel"]).max()) == 0.0
+    assert float(jnp.abs(p["critic"]["out"]["kernel"]).max()) == 0.0
+    assert np.std(np.asarray(p["actor"]["out"]["kernel"])) == pytest.approx(0.01 / 8, rel=0.2)
+    assert np.std(np.asarray(p["dec"]["out"]["kernel"])) == pytest.approx(0.1 / 8, rel=0.1)
+    assert p["rew"]["out"]["kernel"].shape == (64, 255)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="decode"):
+        AgentConfig(decode="pairs")
+    with pytest.raises(ValueError, match="profile"):
+        AgentConfig.for_profile("huge")
+    with pytest.raises(ValueError, match="deter"):
+        AgentConfig(deter=100, blocks=8)
+    cfg = AgentConfig.from_params({"profile": "smoke", "decode": "ref"})
+    assert (cfg.deter, cfg.hidden, cfg.units, cfg.decode) == (64, 16, 16, "ref")
