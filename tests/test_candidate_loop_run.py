@@ -123,7 +123,7 @@ def test_resume_after_kill_gives_same_records(tmp, run_a):
     for seed in SMOKE["seeds"]:
         assert _files(run_a[0], seed) == _files(out2, seed)
     # other parameters: a clean start under another key
-    other = paramslib.validate({**SMOKE, "eval_episodes": 3})
+    other = paramslib.validate({**SMOKE, "decode": "ref"})
     _, res3 = _run(tmp, "c", params=other, work=work, hooks={"stop_after_points": 1})
     assert res3["key"] != res["key"] and res3["resumed_from_rows"] == 0
 
