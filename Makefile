@@ -24,11 +24,17 @@ reference-setup: $(STAMP)
 
 setup: venv reference-setup
 
-run: setup
-	$(VENV)/bin/dvc repro
+# Stage commands call `python` from PATH (dvc.yaml, docs/WORKFLOWS.md): .venv/bin goes first.
+DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
 
+run: setup
+	$(DVC) repro
+
+# The smoke round as an experiment in a temporary clone (the workspace stays as it is);
+# -f replaces an earlier `smoke` experiment.  Results: dvc exp show / dvc exp apply smoke.
 smoke: setup
-	$(VENV)/bin/dvc exp run -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
+	$(DVC) exp run --temp -f -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
+	$(DVC) metrics diff HEAD smoke
 
 # The suite runs without the reference too: tests that need it skip with the set-up command.
 test: venv
