@@ -9,7 +9,7 @@ Its directory is ``<work_dir>/<key>/`` where ``key`` hashes everything that dete
 the run's numbers: the resolved run parameters, the agent config, the content of the
 package's source files (``src/dreamer_parity/**/*.py``: the code identity the repository
 commit plus the dirty diff of ``src/`` stand for, without depending on unrelated
-commits), the agent module's name and the jax / jaxlib versions.  Other parameters or
+commits), the agent module's name, the jax / jaxlib versions and the backend (cpu, gpu).  Other parameters or
 code give another key, hence a clean start.
 """
 
@@ -53,6 +53,7 @@ def run_key(run_params: dict, agent_config: dict, agent_module: str,
     blob = json.dumps({
         "params": run_params, "agent_config": agent_config, "agent": agent_module,
         "code": code_hash(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+        "backend": jax.default_backend(),
         "extra": extra or {},
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -35,7 +35,7 @@ from . import env as envlib
 from . import evaluate as evallib
 from . import replay as replaylib
 
-__all__ = ["Programs", "build", "seed_keys", "metric_shapes", "is_loss_metric", "field"]
+__all__ = ["Programs", "build", "update_step", "seed_keys", "metric_shapes", "is_loss_metric", "field"]
 
 EVAL_KEY_SALT = 7_000_001   # the protocol's evaluation entropy constant (PROTOCOL.md 4.2)
 
@@ -127,6 +127,24 @@ def _init_seed(agent, cfg, s: Schedule, capacity: int, names, keys):
     }
 
 
+def update_step(agent, cfg, s: Schedule, state, replay, n, key):
+    """One update of one seed: sample windows, train, write the posteriors back.
+
+    Args:
+      state: the agent's train state; replay: the replay (:mod:`.replay`);
+      n: rows per env stored so far (int32, >= 65); key: PRNG key of this update.
+
+    Returns:
+      ``(state, replay, metrics)``.
+    """
+    k_s, k_t = jax.random.split(key)
+    replay, worker, start, _ = replaylib.sample_starts(replay, n, k_s, s.batch_size)
+    batch = replaylib.gather(replay, worker, start)
+    state, outs, metrics = agent.train_step(cfg, state, batch, key=k_t)
+    replay = replaylib.write_back(replay, worker, start, outs)
+    return state, replay, metrics
+
+
 def _vector_step(agent, cfg, s: Schedule, carry, count):
     key, k_pol, k_reset, k_upd = jax.random.split(carry["key"], 4)
     row = carry["row"]
@@ -150,11 +168,8 @@ def _vector_step(agent, cfg, s: Schedule, carry, count):
 
     def update(i, c):
         state, replay, msum, mcount, bad, k = c
-        k, k_s, k_t = jax.random.split(k, 3)
-        replay, worker, start, _ = replaylib.sample_starts(replay, n, k_s, s.batch_size)
-        batch = replaylib.gather(replay, worker, start)
-        state, outs, metrics = agent.train_step(cfg, state, batch, key=k_t)
-        replay = replaylib.write_back(replay, worker, start, outs)
+        k, k_u = jax.random.split(k)
+        state, replay, metrics = update_step(agent, cfg, s, state, replay, n, k_u)
         msum, mcount = dict(msum), dict(mcount)
         loss_ok = jnp.ones((), bool)
         for name in msum:

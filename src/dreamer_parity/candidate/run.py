@@ -174,6 +174,10 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
                     chunk_steps=chunk_steps)
     key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)))
     ckdir = Path(work_dir) / key
+    for s in seeds:   # stale completion markers must not make this run look finished
+        stale = records.run_dir(out, "candidate", s) / records.DONE
+        if stale.exists():
+            stale.unlink()
 
     progs = looplib.build(agent, cfg, capacity=total_steps, chunk_steps=chunk_steps,
                           eval_episodes=params["eval_episodes"], s=sched)

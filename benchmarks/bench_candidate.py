@@ -1,0 +1,263 @@
+"""Benchmark the candidate's training loop on this machine; prints figures.
+
+Usage (main venv)::
+
+    python benchmarks/bench_candidate.py [--profile full] [--seeds 1 3] [--chunk-steps 3]
+        [--timed-chunks 1] [--rows 24000] [--reference auto|none] [--reference-s-per-update S]
+        [--skip-cold]
+
+Measures in one run:
+
+1. compile seconds of the run's three programs (init, chunk, evaluation point; lowering
+   included) for the largest seed count, in a fresh process with an empty (**cold**) JAX
+   persistent compilation cache, then in a second fresh process with that cache **warm**;
+2. seed-updates per second of the real loop program (``loop.build``; replay sized for
+   ``--rows`` rows) with 1 and 3 vmapped seeds: the 65 vector steps up to the gate row
+   1040 are run first, then one warm-up chunk of ``--chunk-steps`` vector steps (8 updates
+   each), then ``--timed-chunks`` timed chunks;
+3. peak resident memory of that process (``ru_maxrss``: on CPU the device memory is the
+   process memory) and the exact bytes of the loop state (replay + agent state + envs)
+   for 3 seeds at ``--rows`` rows;
+4. matmul FLOPs per update counted from the optimized HLO of one update with loop trip
+   counts (:mod:`dreamer_parity.candidate.hlo_cost`), XLA's own ``cost_analysis`` for
+   comparison, and the achieved GFLOP/s;
+5. the reference's seconds per update: ``--reference-s-per-update``, else (``--reference
+   auto``, when ``make reference-setup`` was run) the isolated figure of
+   ``benchmarks/bench_reference.py``'s ``_bench_agent`` with the set-up's warm cache; and
+   the ratios.
+
+Prints a Markdown table and one ``RESULT {json}`` line; writes nothing into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NUM_ENVS = 16
+
+
+def _setup_env(cache: str | None):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if cache:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+
+
+def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10):
+    import jax
+    import jax.numpy as jnp
+
+    from dreamer_parity.candidate import agent, loop
+    from dreamer_parity.candidate.config import AgentConfig
+
+    cfg = AgentConfig.for_profile(profile)
+    progs = loop.build(agent, cfg, capacity=rows // NUM_ENVS, chunk_steps=chunk_steps,
+                       eval_episodes=eval_episodes)
+    keys = [loop.seed_keys(s) for s in range(n_seeds)]
+    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+    return jax, jnp, agent, loop, cfg, progs, stacked
+
+
+def phase_compile(a) -> dict:
+    """Compile the three programs of a run with ``max(seeds)`` seeds; seconds."""
+    t0 = time.perf_counter()
+    jax, jnp, agent, loop, cfg, progs, stacked = _programs(
+        a.profile, max(a.seeds), a.rows, a.chunk_steps)
+    t_import = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    progs.init.lower(stacked).compile()
+    shape = jax.eval_shape(progs.init, stacked)
+    progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
+    progs.point.lower(shape).compile()
+    return {"compile_s": time.perf_counter() - t1, "import_build_s": t_import}
+
+
+def _tree_bytes(tree) -> int:
+    import jax
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)))
+
+
+def phase_throughput(a) -> dict:
+    """Seed-updates per second for each seed count, memory, FLOPs per update."""
+    from dreamer_parity.candidate.hlo_cost import matmul_flops
+    from dreamer_parity.schedule import Schedule
+
+    out = {"throughput": {}}
+    for n_seeds in a.seeds:
+        jax, jnp, agent, loop, cfg, progs, stacked = _programs(
+            a.profile, n_seeds, a.rows, a.chunk_steps)
+        shape = jax.eval_shape(progs.init, stacked)
+        chunk = progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
+        carry = progs.init(stacked)
+        if n_seeds == 3:
+            out["state_bytes_3_seeds"] = {
+                "total": _tree_bytes(carry), "replay": _tree_bytes(carry["replay"]),
+                "agent_state": _tree_bytes(carry["agent"]), "rows": a.rows}
+        from dreamer_parity.schedule import per_vector_step
+        counts = per_vector_step(65 + a.chunk_steps * (1 + a.timed_chunks) + a.chunk_steps)
+        step = 0
+        while step < 65:   # up to and including the gate's vector step
+            c = counts[step:step + a.chunk_steps]
+            carry, _ = chunk(carry, jnp.asarray(c, jnp.int32))
+            step += a.chunk_steps
+        times, updates = [], []
+        for i in range(1 + a.timed_chunks):
+            c = counts[step:step + a.chunk_steps]
+            t0 = time.perf_counter()
+            carry, ep = chunk(carry, jnp.asarray(c, jnp.int32))
+            jax.block_until_ready(carry)
+            times.append(time.perf_counter() - t0)
+            updates.append(sum(c))
+            step += a.chunk_steps
+        t, u = sum(times[1:]), sum(updates[1:])
+        out["throughput"][n_seeds] = {
+            "seed_updates_per_s": n_seeds * u / t, "s_per_update_per_seed": t / (u * n_seeds),
+            "timed_updates": u, "timed_s": t, "warmup_chunk_s": times[0]}
+        print(f"  {n_seeds} seed(s): {n_seeds * u / t:.2f} seed-updates/s "
+              f"({t / u:.3f} s per vmapped update)", file=sys.stderr, flush=True)
+        del carry
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    # FLOPs of one update of one seed (sample, train, write back)
+    s = Schedule()
+    st = jax.eval_shape(lambda k: agent.init(k, cfg), jax.random.PRNGKey(0))
+    from dreamer_parity.candidate import replay as replaylib
+    rp = jax.eval_shape(lambda: replaylib.init(NUM_ENVS, a.rows // NUM_ENVS, cfg.deter,
+                                               cfg.stoch, cfg.obs_dim))
+    f = jax.jit(lambda st, rp, n, k: loop.update_step(agent, cfg, s, st, rp, n, k))
+    comp = f.lower(st, rp, jnp.int32(500), jax.random.PRNGKey(0)).compile()
+    hlo = comp.as_text()
+    out["flops_per_update"] = matmul_flops(hlo)
+    ca = comp.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    out["xla_cost_analysis_flops"] = float(ca.get("flops", float("nan"))) if ca else None
+    out["param_count"] = int(agent.param_count(agent.init(jax.random.PRNGKey(0), cfg)["params"]))
+    return out
+
+
+def _child(phase, a, cache) -> dict:
+    cmd = [sys.executable, __file__, "--phase", phase, "--profile", a.profile,
+           "--rows", str(a.rows), "--chunk-steps", str(a.chunk_steps),
+           "--timed-chunks", str(a.timed_chunks), "--seeds", *map(str, a.seeds),
+           "--cache", str(cache)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
+    lines = [x for x in r.stdout.splitlines() if x.startswith("PHASE ")]
+    if r.returncode != 0 or not lines:
+        raise SystemExit(f"bench_candidate: phase {phase} failed (exit {r.returncode})")
+    return json.loads(lines[-1][len("PHASE "):])
+
+
+def _reference_s_per_update(a) -> tuple[float | None, str]:
+    if a.reference_s_per_update:
+        return a.reference_s_per_update, "given on the command line"
+    if a.reference == "none":
+        return None, "not measured (--reference none)"
+    path = REPO / "benchmarks" / "bench_reference.py"
+    if not path.exists():
+        return None, "benchmarks/bench_reference.py absent"
+    try:
+        from dreamer_parity.reference import setup as rs
+        info = rs.check_setup(None)
+    except Exception as e:   # noqa: BLE001 - any set-up problem means "not available"
+        return None, f"reference not set up ({str(e).splitlines()[0][:120]}; make reference-setup)"
+    spec = importlib.util.spec_from_file_location("bench_reference", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not hasattr(mod, "_bench_agent"):
+        return None, "bench_reference.py has no _bench_agent"
+    print("reference: isolated update (warm set-up cache) ...", file=sys.stderr, flush=True)
+    res = mod._bench_agent(info, info["jaxcache"], a.profile, a.reference_updates)
+    return float(res["s_per_update"]), "reference isolated update (bench_reference._bench_agent)"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="full", choices=("full", "smoke"))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 3])
+    ap.add_argument("--rows", type=int, default=24000, help="replay sized for these rows")
+    ap.add_argument("--chunk-steps", type=int, default=3)
+    ap.add_argument("--timed-chunks", type=int, default=1)
+    ap.add_argument("--reference", default="auto", choices=("auto", "none"))
+    ap.add_argument("--reference-updates", type=int, default=5)
+    ap.add_argument("--reference-s-per-update", type=float, default=None)
+    ap.add_argument("--skip-cold", action="store_true", help="skip the cold-cache compile")
+    ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--cache", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.rows % NUM_ENVS or a.rows < NUM_ENVS * (65 + a.chunk_steps * (2 + a.timed_chunks)):
+        ap.error("--rows must be a multiple of 16 covering the gate and the timed chunks")
+
+    if a.phase:
+        _setup_env(a.cache)
+        res = phase_compile(a) if a.phase == "compile" else phase_throughput(a)
+        print("PHASE " + json.dumps(res))
+        return 0
+
+    from dreamer_parity import provenance
+    res = {"profile": a.profile, "cpu": provenance.cpu_model(), "cpu_count": os.cpu_count(),
+           "load_avg_start": os.getloadavg()[0], "rows": a.rows, "seeds": a.seeds}
+    with tempfile.TemporaryDirectory(prefix="candbench-") as tmp:
+        cache = Path(tmp) / "jaxcache"
+        if not a.skip_cold:
+            print("[1/3] compile, cold cache ...", file=sys.stderr, flush=True)
+            res["compile_cold"] = _child("compile", a, cache)
+        print("[2/3] compile, warm cache ...", file=sys.stderr, flush=True)
+        res["compile_warm"] = _child("compile", a, cache)
+        print("[3/3] throughput ...", file=sys.stderr, flush=True)
+        res.update(_child("throughput", a, cache))
+    ref, ref_src = _reference_s_per_update(a)
+    res["reference_s_per_update"], res["reference_source"] = ref, ref_src
+    res["load_avg_end"] = os.getloadavg()[0]
+
+    thr = res["throughput"]
+    flops = res["flops_per_update"]
+    print(f"\n| candidate, profile {a.profile} ({res['param_count']:,} parameters) | value |")
+    print("|---|---|")
+    if "compile_cold" in res:
+        print(f"| compile (init + chunk + point, {max(a.seeds)} seeds), cold cache | "
+              f"{res['compile_cold']['compile_s']:.1f} s |")
+    print(f"| compile, warm cache | {res['compile_warm']['compile_s']:.1f} s |")
+    for n, t in sorted(thr.items(), key=lambda kv: int(kv[0])):
+        print(f"| {n} vmapped seed(s): seed-updates/s | {t['seed_updates_per_s']:.3f} "
+              f"({t['s_per_update_per_seed']:.3f} s per seed-update; {t['timed_updates']} "
+              f"updates timed) |")
+    print(f"| matmul FLOPs per update (HLO, loop trip counts) | {flops / 1e9:.2f} GFLOP |")
+    print(f"| XLA cost_analysis flops (loop bodies once) | "
+          f"{(res['xla_cost_analysis_flops'] or float('nan')) / 1e9:.2f} GFLOP |")
+    for n, t in sorted(thr.items(), key=lambda kv: int(kv[0])):
+        print(f"| achieved matmul GFLOP/s, {n} seed(s) | "
+              f"{flops * t['seed_updates_per_s'] / 1e9:.1f} |")
+    if "state_bytes_3_seeds" in res:
+        b = res["state_bytes_3_seeds"]
+        print(f"| loop state, 3 seeds, {b['rows']} rows: total / replay / agent | "
+              f"{b['total'] / 2**20:.1f} / {b['replay'] / 2**20:.1f} / "
+              f"{b['agent_state'] / 2**20:.1f} MiB |")
+    print(f"| peak resident memory (throughput process) | {res['peak_rss_bytes'] / 2**30:.2f} GiB |")
+    if ref:
+        print(f"| reference s per update ({ref_src}) | {ref:.3f} s |")
+        for n, t in sorted(thr.items(), key=lambda kv: int(kv[0])):
+            ratio = t["seed_updates_per_s"] * ref
+            res.setdefault("ratio_vs_reference", {})[n] = ratio
+            print(f"| {n} seed(s): candidate seed-updates/s / reference updates/s | "
+                  f"{ratio:.2f}x |")
+    else:
+        print(f"| reference | {ref_src} |")
+    print(f"| machine | {res['cpu']}, {res['cpu_count']} cores; load average "
+          f"{res['load_avg_start']:.1f} -> {res['load_avg_end']:.1f} |")
+    print("RESULT " + json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
