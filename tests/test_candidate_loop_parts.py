@@ -251,3 +251,22 @@ def test_hlo_matmul_flops_counts_loop_trips():
     hlo = jax.jit(f).lower(x, w, w * 0.1).compile().as_text()
     per_dot = 2 * 8 * 16 * 16
     assert matmul_flops(hlo) == 7 * per_dot + 7 * 3 * per_dot + 2 * 8 * 16 * 5
+
+
+def test_write_back_matches_sequential_numpy():
+    rng = np.random.default_rng(5)
+    replay = replaylib.init(3, 200, 2, 1)
+    wb = jax.jit(replaylib.write_back)
+    for trial in range(5):
+        worker = rng.integers(0, 3, 16).astype(np.int32)
+        start = rng.integers(0, 200 - 65, 16).astype(np.int32)
+        outs = {"deter": rng.normal(size=(16, 64, 2)).astype(np.float32),
+                "stoch": rng.integers(0, 9, (16, 64, 1)).astype(np.int32)}
+        expect = {k: np.asarray(replay[k]).copy() for k in ("deter", "stoch")}
+        for b in range(16):   # replay.py:159-167: batch rows in order
+            for k in expect:
+                expect[k][worker[b], start[b] + 1:start[b] + 65] = outs[k][b]
+        replay = wb(replay, jnp.asarray(worker), jnp.asarray(start),
+                    {k: jnp.asarray(v) for k, v in outs.items()})
+        for k in expect:
+            np.testing.assert_array_equal(np.asarray(replay[k]), expect[k])

@@ -138,15 +138,23 @@ def write_back(replay: dict, worker, start, outs: dict) -> dict:
       outs: ``{"deter": f32[batch, T, D], "stoch": i32[batch, T, S]}``, T = LENGTH - 1,
         the posteriors of rows ``start + 1 .. start + T``.
 
-    Batch rows are written in order, so a later row wins where windows overlap
-    (``replay.py:159-167``).
+    Batch rows are applied in order, so a later row wins where windows overlap
+    (``replay.py:159-167``).  Implemented as one scatter per key with unique indices: an
+    entry that a later batch row overwrites is dropped (out-of-range index, ``mode="drop"``).
     """
+    batch, t_len = outs["deter"].shape[:2]
+    capacity = replay["deter"].shape[1]
+    rows = start[:, None] + 1 + jnp.arange(t_len, dtype=jnp.int32)[None]          # [B, T]
+    later = jnp.arange(batch)[None, :] > jnp.arange(batch)[:, None]                 # [B, B']
+    same_env = worker[:, None] == worker[None, :]
+    covered = ((rows[:, :, None] > start[None, None, :])
+               & (rows[:, :, None] <= start[None, None, :] + t_len))               # [B, T, B']
+    overwritten = jnp.any(covered & (later & same_env)[:, None, :], axis=-1)
+    rows = jnp.where(overwritten, capacity, rows)        # dropped by the scatter
+    w = jnp.broadcast_to(worker[:, None], rows.shape)
     out = dict(replay)
     for k in ("deter", "stoch"):
         buf = replay[k]
-        vals = jnp.asarray(outs[k], buf.dtype)
-        for i in range(vals.shape[0]):
-            buf = jax.lax.dynamic_update_slice(
-                buf, vals[i][None], (worker[i], start[i] + 1, 0))
-        out[k] = buf
+        out[k] = buf.at[w, rows].set(jnp.asarray(outs[k], buf.dtype), mode="drop",
+                                     unique_indices=True)
     return out
