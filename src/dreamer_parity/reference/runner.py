@@ -378,7 +378,7 @@ class Instrument:
         for i in range(n):
             env = make_embodied_env(self.embodied, [self.args.seed, EVAL_ENTROPY, i], i, None)
             envs.append(self.refmain.wrap_env(env, self.config))
-        carry = agent._init_policy(params, seed(), batch_size=n)
+        carry = agent._init_policy(params, seed(), n)   # positional, as jaxagent.py:98
         obs = [env.step({"action": np.int32(0), "reset": np.bool_(True)}) for env in envs]
         returns = np.zeros(n, np.float64)
         lengths = np.zeros(n, np.int64)
@@ -489,7 +489,11 @@ def _progress(msg: str) -> None:
 def _save_params(path: Path, agent) -> None:
     import jax
 
-    arrays = {k: np.asarray(v) for k, v in jax.device_get(agent.params).items()}
+    arrays = {}
+    for name, value in jax.device_get(agent.params).items():
+        leaves = jax.tree_util.tree_flatten_with_path(value)[0]
+        for keypath, leaf in leaves:
+            arrays[name + jax.tree_util.keystr(keypath)] = np.asarray(leaf)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
@@ -583,7 +587,12 @@ def run(args: RunArgs) -> int:
     loop_s = time.time() - t0
     inst.write_episodes()
     if inst.agent is not None:
-        _save_params(out / "params.npz", inst.agent)
+        try:
+            _save_params(out / "params.npz", inst.agent)
+        except Exception as e:
+            traceback.print_exc()
+            if status == "ok":
+                status, reason = "failed", f"saving params.npz: {type(e).__name__}: {e}"
     records.write_json(out / "timing.json", inst.timing(loop_s))
     records.write_done(out, status, reason)
     _progress(f"[reference s{args.seed}] {status}" + (f": {reason}" if reason else "")
