@@ -13,10 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TOL_STATE", "TOL_GRAD", "Check", "check", "summarise"]
+__all__ = ["TOL_STATE", "TOL_GRAD", "TOL_MOMENT", "Check", "check", "summarise"]
 
 TOL_STATE = (1e-5, 1e-6)
 TOL_GRAD = (1e-4, 1e-4)
+#: Optimizer moments: the gradient tolerance.  The issue asks TOL_STATE, which the
+#: reference's own float32 optimizer does not attain against exact (float64) arithmetic on
+#: its own gradients (worst ratio 3.8 at update 2 of the fixture): LaProp's RMS normalisation
+#: turns each element's relative gradient rounding into the same relative moment error, and
+#: the bias correction 1 - 0.999^t is formed in float32 (0.999 rounds to 0.99900001,
+#: 1.3e-5 relative error in 1 - 0.999^2).  docs/DEVIATIONS.md, Parity, P2.
+TOL_MOMENT = TOL_GRAD
 
 
 @dataclass
@@ -45,10 +52,13 @@ class Check:
                 f"(rtol {self.rtol:g}, atol {self.atol_frac:g}*max) at {self.where}")
 
 
-def check(name: str, cand, ref, tol=TOL_STATE) -> Check:
+def check(name: str, cand, ref, tol=TOL_STATE, scale=None) -> Check:
     """Compare ``cand`` with ``ref`` (same shape; ValueError otherwise) under ``tol``.
 
-    NaN in either side counts as a failure unless both are NaN at the same element.
+    ``scale`` overrides the "largest magnitude" of the atol term (used for summary
+    statistics, whose source tensor is larger than the statistic, e.g. the std of a nearly
+    constant tensor).  NaN in either side counts as a failure unless both are NaN at the same
+    element.
     """
     rtol, atol_frac = tol
     c = np.asarray(cand, np.float64)
@@ -56,6 +66,8 @@ def check(name: str, cand, ref, tol=TOL_STATE) -> Check:
     if c.shape != r.shape:
         raise ValueError(f"{name}: candidate shape {c.shape} != reference shape {r.shape}")
     max_ref = float(np.nanmax(np.abs(r))) if r.size else 0.0
+    if scale is not None:
+        max_ref = max(max_ref, float(scale))
     atol = atol_frac * max_ref
     tol_el = atol + rtol * np.abs(r)
     diff = np.abs(c - r)

@@ -18,15 +18,14 @@ compares (:func:`compare_step`).  Layout conversions:
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from . import namemap
-from .compare import TOL_GRAD, TOL_STATE, check
+from .compare import TOL_GRAD, TOL_MOMENT, TOL_STATE, check
 
 __all__ = ["FIXTURE_DIR", "load", "candidate_config", "initial_state", "batch", "draws",
            "run_steps", "compare_step", "SKIPPED_METRICS"]
@@ -121,31 +120,40 @@ def draws(fx, step):
             "imag_action": np.concatenate([d["start_action"][None], d["imag_action"]], 0)}
 
 
-def grads_fn(cfg):
-    """Pure function (params, state, batch, draws) -> raw gradients of the candidate loss.
+@contextlib.contextmanager
+def capture_grads():
+    """While active, ``candidate.optim.apply`` also returns the raw gradients it receives
+    under the metric key ``"__grads__"`` (a thin wrapper until the agent exposes them,
+    PARITY_REQUESTS.md request 1).  Takes effect in functions traced inside the block."""
+    from dreamer_parity.candidate import optim
+    orig = optim.apply
 
-    Thin wrapper around the candidate's ``agent._loss`` with the same preamble as
-    ``agent.train_step`` (PARITY_REQUESTS.md request 1 asks for a public way).
-    """
+    def apply(tx, grads, opt_state, params):
+        new, state, metrics = orig(tx, grads, opt_state, params)
+        return new, state, {**metrics, "__grads__": grads}
+    optim.apply = apply
+    try:
+        yield
+    finally:
+        optim.apply = orig
+
+
+def step_function(cfg, grads=True):
+    """jit-compiled ``(state, batch, draws) -> (state, outs, metrics)`` of the candidate
+    (traced at its first call; with ``grads`` the metrics hold ``"__grads__"``)."""
     import jax
-    import jax.numpy as jnp
-    from dreamer_parity.candidate import agent, twohot
+    from dreamer_parity.candidate import agent
+    fn = jax.jit(lambda state, bt, dr: agent.train_step(cfg, state, bt, draws=dr))
+    if not grads:
+        return fn
 
-    def fn(state, bt, dr):
-        noise = {"post": jnp.swapaxes(jnp.asarray(dr["post"]), 0, 1),
-                 "imag_stoch": jnp.asarray(dr["imag_stoch"]),
-                 "imag_action": jnp.asarray(dr["imag_action"])}
-        bins = twohot.bins(cfg.bins, cfg.decode)
-
-        def loss_fn(params):
-            return agent._loss(params, cfg, state["slow_critic"], state["retnorm"], bt, noise,
-                               bins)
-        (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
-        return grads
-    return fn
+    def traced(state, bt, dr):
+        with capture_grads():
+            return fn(state, bt, dr)
+    return traced
 
 
-def run_steps(fx, cfg, steps=3, with_grads=True):
+def run_steps(fx, cfg, steps=3, with_grads=True, step_fn=None):
     """Run ``steps`` candidate train steps on the fixture's batches and draws.
 
     Returns a list of dicts {"state", "outs", "metrics", "grads"} (numpy), one per step,
@@ -153,22 +161,34 @@ def run_steps(fx, cfg, steps=3, with_grads=True):
     state is NOT re-injected, so errors accumulate as they would in a run).
     """
     import jax
-    from dreamer_parity.candidate import agent
-    step_fn = jax.jit(partial(agent.train_step, cfg))
-    gfn = jax.jit(grads_fn(cfg)) if with_grads else None
+    step_fn = step_fn or step_function(cfg, with_grads)
     state = initial_state(fx, cfg)
     results = []
     for k in range(steps):
-        bt, dr = batch(fx, k), draws(fx, k)
-        grads = gfn(state, bt, dr) if with_grads else None
-        state, outs, metrics = step_fn(state, bt, draws=dr)
+        state, outs, metrics = step_fn(state, batch(fx, k), draws(fx, k))
+        metrics = dict(metrics)
+        grads = metrics.pop("__grads__", None)
         results.append(jax.tree_util.tree_map(np.asarray, {
             "state": state, "outs": outs, "metrics": metrics, "grads": grads}))
     return results
 
 
-def _cand_flat(tree, state_key):
-    return namemap.flatten_tree({state_key: tree})
+def metric_scale(metrics, name):
+    """Largest magnitude of the tensor a metric summarises (for the atol term).
+
+    tensorstats families ``<p>/{mean,std,mag,min,max}``: max(|min|, |max|) of the family;
+    loss terms ``<k>_loss`` / ``<k>_loss_std``: max(|mean|, std) (a lower bound of the loss
+    tensor's largest magnitude); other metrics: None (the metric itself).
+    """
+    fam, _, stat = name.rpartition("/")
+    if fam and stat in ("mean", "std", "mag", "min", "max"):
+        vals = [abs(float(metrics[f"{fam}/{s}"])) for s in ("min", "max")
+                if f"{fam}/{s}" in metrics]
+        return max(vals) if vals else None
+    base = name[:-4] if name.endswith("_loss_std") else (name if name.endswith("_loss") else None)
+    if base and base in metrics and base + "_std" in metrics:
+        return max(abs(float(metrics[base])), abs(float(metrics[base + "_std"])))
+    return None
 
 
 def compare_step(fx, res, step, parts=("metrics", "params", "moments", "grads", "slow",
@@ -181,13 +201,15 @@ def compare_step(fx, res, step, parts=("metrics", "params", "moments", "grads", 
     pre = f"step{step}/"
     checks = []
     if "metrics" in parts:
-        for name, ref in sorted(_group(fx, pre + "metric/").items()):
+        refm = _group(fx, pre + "metric/")
+        for name, ref in sorted(refm.items()):
             if (name.startswith(SKIPPED_PREFIXES) or name.endswith(SKIPPED_SUFFIXES)
                     or name in SKIPPED_METRICS):
                 continue
             if name not in res["metrics"]:
                 raise KeyError(f"candidate metrics lack {name!r}")
-            checks.append(check(f"s{step} metric {name}", res["metrics"][name], ref, TOL_STATE))
+            checks.append(check(f"s{step} metric {name}", res["metrics"][name], ref, TOL_STATE,
+                                scale=metric_scale(refm, name)))
     state = res["state"]
     cflat = namemap.flatten_tree({"params": state["params"],
                                   "slow_critic": state["slow_critic"]})
@@ -207,7 +229,7 @@ def compare_step(fx, res, step, parts=("metrics", "params", "moments", "grads", 
             for name, ref in sorted(_group(fx, pre + f"opt/{kind}/").items()):
                 checks.append(check(f"s{step} {kind} {name}",
                                     moments[kind][namemap.cand_key(name)],
-                                    namemap.drop_padding(name, ref), TOL_STATE))
+                                    namemap.drop_padding(name, ref), TOL_MOMENT))
         checks.append(check(f"s{step} opt count rms", opt[1].step, fx[pre + "opt/count/rms"]))
         checks.append(check(f"s{step} opt count momentum", opt[2].step,
                             fx[pre + "opt/count/momentum"]))

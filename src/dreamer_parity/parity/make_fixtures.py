@@ -20,9 +20,13 @@ Nothing in the checkout is edited.  Import-time replacements (each calls the ori
 only adds a ``jax.debug.callback`` that copies a value to the host; the computation is the
 same program plus host copies):
 
-* ``jaxutils.OneHotDist.sample`` (jaxutils.py:109-113): stashes every straight-through
-  sample of the train step: posterior samples (``RSSM.observe``), the actor's sample at the
-  imagination start (``Agent.loss``), prior samples and actor samples in imagination.
+* ``jaxutils.OneHotDist.sample`` (jaxutils.py:109-113): stashes the actor's sample at the
+  imagination start (``Agent.loss``, agent.py:272).
+* ``jaxutils.scan`` (jaxutils.py:46-48): stashes the stacked outputs of the observe scan
+  (posterior samples, nets.py:59-62) and of the imagination scan (prior and actor samples,
+  agent.py:273-275).  (jax 0.4.26 drops ``jax.debug.callback`` inside ``lax.scan`` under
+  ``value_and_grad``, so the draws are taken from the scans' outputs, which hold them: the
+  straight-through value equals the one-hot sample exactly.)
 * ``jaxutils.scale_by_agc`` (jaxutils.py:660-674): stashes the raw gradients it receives
   (the first transformation of the optimizer chain; globclip is 0).
 * ``jaxutils.TwoHotDist.mean`` (jaxutils.py:226-250): stashes logits and the returned
@@ -39,7 +43,7 @@ Stashes are only emitted for the live computation, not for ninjax's shape pre-ru
 Two regimes (``--regime a|b|both``):
 
 a. well-conditioned two-hot heads: the output layers of the reward head, critic and slow
-   critic get a bias peaked on the middle bins (``max(-0.5 |j - 127|, -30)``) and a small
+   critic get a bias peaked on the middle bins (``max(-0.5 |j - 127|, -24)``) and a small
    random kernel, so the pair-sum expectation has no FMA noise and every tensor is compared.
 b. the real start: the reference's own initial parameters (zero two-hot output layers).
 """
@@ -118,6 +122,7 @@ _MEAN_SITES = (
     ("slowval = slowcritic.mean()", "imag_slowval"),
     ("replay_slowcritic.mean()", "replay_slowval"),
     ("critic.log_prob(sg(slowcritic.mean()))", "imag_slowval_reg"),
+    ("critic=replay_critic.mean()", "replay_val"),
 )
 
 
@@ -131,14 +136,30 @@ def install_patches():
     orig_sample = jaxutils.OneHotDist.sample
 
     def sample(self, sample_shape=(), seed=None):
+        # Only the actor's draw at the imagination start (Agent.loss) is stashed here; the
+        # draws inside scans are taken from the scans' stacked outputs (patched scan below),
+        # because jax 0.4.26 drops debug callbacks inside lax.scan under value_and_grad.
         out = orig_sample(self, sample_shape, seed)
         if _live(nj):
             frame = _caller(("observe", "imagine", "imgstep", "loss", "policy"))
-            site = {"observe": "post", "imagine": "imag_stoch", "imgstep": "imag_action",
-                    "loss": "start_action", "policy": "policy"}[frame.function]
-            _stash(site, out)
+            if frame is not None and frame.function == "loss":
+                _stash("start_action", out)
         return out
     jaxutils.OneHotDist.sample = sample
+
+    orig_scan = jaxutils.scan
+
+    def scan(fun, carry, xs, unroll=False, axis=0):
+        carry, ys = orig_scan(fun, carry, xs, unroll, axis)
+        if _live(nj):
+            frame = _caller(("observe", "imagine", "loss"))
+            if frame is not None and frame.function == "observe":
+                _stash("scan_observe", ys["stoch"])          # [B, T, S, K] posterior draws
+            elif frame is not None and frame.function == "loss":
+                outs, acts = ys                               # [H, B*T, ...]
+                _stash("scan_imagine", {"stoch": outs["stoch"], "action": acts["action"]})
+        return carry, ys
+    jaxutils.scan = scan
 
     orig_agc = jaxutils.scale_by_agc
 
@@ -278,19 +299,27 @@ def make_batches(seed=1234):
     return batches
 
 
+#: Regime (a) output-bias floor: deep enough that the outer bins carry sum p|b| ~ 0.06 (no
+#: pair-sum noise), shallow enough that no output-kernel gradient is so small (< ~1e-16) that
+#: its second moment 0.001 g^2 is flushed to zero (XLA:CPU flushes denormals) and the update
+#: becomes g / eps = g * 1e20 on both sides, which would amplify rounding of tiny gradients.
+BIAS_FLOOR = -24.0
+
+
 def condition_twohot(params, rng):
-    """Regime (a): peaked bias and small random kernel for the two-hot output layers."""
+    """Regime (a): peaked bias ``max(-0.5 |j - m|, BIAS_FLOOR)`` and small random kernel
+    N(0, 0.3/sqrt(units)) for the two-hot output layers of rew, critic and slowcritic."""
     params = dict(params)
     n = SIZES["bins"]
     m = (n - 1) // 2
-    bias = np.maximum(-0.5 * np.abs(np.arange(n + 1) - m), -30.0).astype(np.float32)
+    bias = np.maximum(-0.5 * np.abs(np.arange(n + 1) - m), BIAS_FLOOR).astype(np.float32)
     bias[n] = 0.0  # the padding logit (dropped by nets.py:443)
     for mod in TWOHOT_MODULES:
-        k = f"agent/{mod}/out/out/kernel"
+        k = f"agent/{mod}/dist/out/kernel"
         shape = np.asarray(params[k]).shape
         kern = rng.normal(0.0, 0.3 / np.sqrt(shape[0]), shape).astype(np.float32)
         params[k] = kern
-        params[f"agent/{mod}/out/out/bias"] = bias.copy()
+        params[f"agent/{mod}/dist/out/bias"] = bias.copy()
     return params
 
 
@@ -329,16 +358,20 @@ def _collect_step(nsteps_expected):
     B = SIZES["batch_size"]
     st = dict(_STASH)
     counts = {k: len(v) for k, v in st.items()}
-    want = {"post": T, "start_action": 1, "imag_stoch": H, "imag_action": H, "grads": 1,
-            "kl": 1}
+    want = {"scan_observe": 1, "start_action": 1, "scan_imagine": 1, "grads": 1, "kl": 1}
     for k, n in want.items():
         if counts.get(k) != n:
             raise RuntimeError(f"stash {k}: expected {n} callbacks, got {counts.get(k)}")
     rec = {}
-    rec["draws/post"] = np.stack(st["post"], 1).astype(np.float32)          # [B,T,S,K]
-    rec["draws/start_action"] = st["start_action"][0].astype(np.float32)   # [B*T,A]
-    rec["draws/imag_stoch"] = np.stack(st["imag_stoch"], 0).astype(np.float32)  # [H,BT,S,K]
-    rec["draws/imag_action"] = np.stack(st["imag_action"], 0).astype(np.float32)  # [H,BT,A]
+    rec["draws/post"] = st["scan_observe"][0].astype(np.float32)               # [B,T,S,K]
+    rec["draws/start_action"] = st["start_action"][0].astype(np.float32)       # [B*T,A]
+    rec["draws/imag_stoch"] = st["scan_imagine"][0]["stoch"].astype(np.float32)  # [H,BT,S,K]
+    rec["draws/imag_action"] = st["scan_imagine"][0]["action"].astype(np.float32)  # [H,BT,A]
+    for k in ("post", "start_action", "imag_stoch", "imag_action"):
+        d = rec[f"draws/{k}"]
+        if not (np.all((d == 0) | (d == 1)) and np.all(d.sum(-1) == 1)):
+            raise RuntimeError(f"draws/{k} is not one-hot")
+    assert rec["draws/imag_stoch"].shape[:2] == (H, B * T), rec["draws/imag_stoch"].shape
     assert rec["draws/post"].shape[:2] == (B, T), rec["draws/post"].shape
     rec.update({f"grad/{k}": v for k, v in st["grads"][0].items()})
     rec["kl/dyn_raw"] = st["kl"][0]["dyn"]
@@ -408,10 +441,30 @@ def run_regime(agent, config, regime):
         rec.update({f"metric/{k}": np.asarray(v)[0] for k, v in mets.items()})
         rec["out/deter"] = np.asarray(outs["replay"]["deter"])
         rec["out/stoch"] = np.asarray(outs["replay"]["stoch"])
+        if not np.array_equal(rec["draws/post"].argmax(-1), rec["out/stoch"]):
+            raise RuntimeError("posterior draws differ from the replay write-back stoch")
         for k, v in rec.items():
-            arrays[f"step{step}/{k}"] = np.asarray(v)
+            if keep(regime, k):
+                arrays[f"step{step}/{k}"] = np.asarray(v)
         state = new
     return arrays
+
+
+#: Two-hot sites whose logits are stored in regime (b) (their means are stored for every
+#: site); regime (a) stores no two-hot stash (its heads are well-conditioned).
+TWOHOT_LOGIT_SITES = ("imag_rew", "imag_val")
+
+
+def keep(regime, key):
+    """Whether a per-step record goes into the fixture (keeps it under 5 MB)."""
+    if not key.startswith("twohot/"):
+        return True
+    if regime == "a":
+        return False
+    site, field = key.split("/")[1], key.split("/")[2]
+    if site == "imag_slowval_reg":   # the same computation as imag_slowval
+        return False
+    return field == "mean" or (field == "logits" and site in TWOHOT_LOGIT_SITES)
 
 
 _PATCHED = None
@@ -463,34 +516,18 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
-def main(argv=None):
-    global _PATCHED
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="tests/fixtures/parity")
-    ap.add_argument("--regime", choices=("a", "b", "both"), default="both")
-    args = ap.parse_args(argv)
+def write_outputs(out, arrays_by_regime, overrides, commit, dirty):
+    """Write regime_<r>.npz for each regime and meta.json (versions, sizes, overrides)."""
     import jax
     import jaxlib
     import tensorflow_probability as tfp
-    _PATCHED = install_patches()
-    import dreamerv3
-    ckpt = Path(dreamerv3.__file__).resolve().parents[1]
-    commit, dirty = _git_state(ckpt)
-    if dirty:
-        raise SystemExit(f"reference checkout {ckpt} is dirty; refusing to record fixtures")
-    out = Path(args.out)
-    regimes = ("a", "b") if args.regime == "both" else (args.regime,)
+    out = Path(out)
     meta = {"regimes": {}}
-    with tempfile.TemporaryDirectory() as logdir:
-        agent, config, overrides = build_agent(Path(logdir) / "ref")
-        print("reference state keys:", sorted(k for k in agent.params))
-        for regime in regimes:
-            arrays = run_regime(agent, config, regime)
-            fname = f"regime_{regime}.npz"
-            write_npz(out / fname, arrays)
-            digest = hashlib.sha256((out / fname).read_bytes()).hexdigest()
-            meta["regimes"][regime] = {"file": fname, "sha256": digest,
-                                       "n_arrays": len(arrays)}
+    for regime, arrays in arrays_by_regime.items():
+        fname = f"regime_{regime}.npz"
+        write_npz(out / fname, arrays)
+        digest = hashlib.sha256((out / fname).read_bytes()).hexdigest()
+        meta["regimes"][regime] = {"file": fname, "sha256": digest, "n_arrays": len(arrays)}
     overrides = {k: v for k, v in overrides.items() if k != "logdir"}
     meta.update({
         "reference_commit": commit, "reference_dirty": dirty,
@@ -501,8 +538,37 @@ def main(argv=None):
         "config_overrides": overrides,
         "outputs_alignment": "each step's outputs captured at the step itself (compiled "
                              "JAXAgent._train called directly; no D1 realignment needed)",
+        "regime_a_twohot_output_layers": f"bias max(-0.5|j-127|, {BIAS_FLOOR}) (padding 0), "
+                                         "kernel N(0, 0.3/sqrt(units)) (numpy seed 77), for "
+                                         "rew, critic, slowcritic",
     })
     write_json(out / "meta.json", meta)
+    return meta
+
+
+def reference_checkout():
+    """(path, commit, dirty) of the imported reference checkout."""
+    import dreamerv3
+    ckpt = Path(dreamerv3.__file__).resolve().parents[1]
+    commit, dirty = _git_state(ckpt)
+    return ckpt, commit, dirty
+
+
+def main(argv=None):
+    global _PATCHED
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="tests/fixtures/parity")
+    ap.add_argument("--regime", choices=("a", "b", "both"), default="both")
+    args = ap.parse_args(argv)
+    _PATCHED = install_patches()
+    ckpt, commit, dirty = reference_checkout()
+    if dirty:
+        raise SystemExit(f"reference checkout {ckpt} is dirty; refusing to record fixtures")
+    regimes = ("a", "b") if args.regime == "both" else (args.regime,)
+    with tempfile.TemporaryDirectory() as logdir:
+        agent, config, overrides = build_agent(Path(logdir) / "ref")
+        arrays = {r: run_regime(agent, config, r) for r in regimes}
+    meta = write_outputs(args.out, arrays, overrides, commit, dirty)
     print(json.dumps({k: meta[k] for k in ("reference_commit", "jax", "regimes")}, indent=1))
     return 0
 

@@ -1,15 +1,15 @@
 """Map the reference's parameter names onto the candidate's parameter tree (numpy only).
 
 Reference names are ninjax state keys (danijar/dreamerv3 29eb964), e.g.
-``agent/dyn/dyn0/kernel``, ``agent/dyn/dyn0/norm/scale``, ``agent/rew/out/out/kernel``.
+``agent/dyn/dyn0/kernel``, ``agent/dyn/dyn0/norm/scale``, ``agent/rew/dist/out/kernel``.
 The candidate's tree is ``params[module][layer][leaf]`` with leaf ``kernel|bias|scale``
 (``candidate/heads.py``, ``candidate/rssm.py``); the slow critic is ``state["slow_critic"]
 [layer][leaf]``.  Rules:
 
 * ``<layer>/norm/scale`` (RMSNorm scale, nets.py:758-763) -> ``<layer>/scale``;
-* the output ``Dist`` modules (nets.py:411-443) collapse to the layer ``out``:
-  ``dec/out_vector/out``, ``rew/out/out``, ``con/out/out``, ``actor/action/out``,
-  ``critic/out/out``, ``slowcritic/out/out``;
+* the output ``Dist`` modules (nets.py:398-443) collapse to the layer ``out``:
+  ``dec/out_vector/out``, ``rew/dist/out``, ``con/dist/out``, ``actor/action/out``,
+  ``critic/dist/out``, ``slowcritic/dist/out``;
 * two-hot padding: the reference's reward head, critic and slow critic have ``bins + 1``
   output columns and drop the last (nets.py:437-443); the candidate has ``bins``.  The map
   drops column ``bins`` of the kernel and bias (:func:`drop_padding`); that column never
@@ -35,8 +35,8 @@ MODULES = {
 }
 #: Modules whose two-hot output layer carries the reference's padding column.
 PADDED = ("rew", "critic", "slowcritic")
-_DIST_LAYERS = {"dec": "out_vector", "rew": "out", "con": "out", "actor": "action",
-                "critic": "out", "slowcritic": "out"}
+_DIST_LAYERS = {"dec": "out_vector", "rew": "dist", "con": "dist", "actor": "action",
+                "critic": "dist", "slowcritic": "dist"}
 
 
 def ref_to_cand(name: str) -> tuple:
@@ -44,7 +44,7 @@ def ref_to_cand(name: str) -> tuple:
 
     Returns (state_key, module or None, layer, leaf), e.g.
     ``"agent/dyn/dyn0/norm/scale" -> ("params", "dyn", "dyn0", "scale")`` and
-    ``"agent/slowcritic/out/out/kernel" -> ("slow_critic", None, "out", "kernel")``.
+    ``"agent/slowcritic/dist/out/kernel" -> ("slow_critic", None, "out", "kernel")``.
     Raises KeyError (naming ``name``) for a name outside the trained modules.
     """
     parts = name.split("/")
