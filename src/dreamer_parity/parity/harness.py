@@ -250,3 +250,46 @@ def compare_step(fx, res, step, parts=("metrics", "params", "moments", "grads", 
         checks.append(check(f"s{step} outs stoch", res["outs"]["stoch"], fx[pre + "out/stoch"],
                             (0.0, 0.0)))
     return checks
+
+
+@contextlib.contextmanager
+def capture_twohot():
+    """While active (at trace time), every ``candidate.twohot.mean`` call inside the
+    candidate's loss is returned through the metrics as ``"__twohot<i>/logits"`` and
+    ``"__twohot<i>/mean"`` (i in call order: 0 imagined reward, 1 value, 2 slow value,
+    3 replay slow value; candidate/agent.py ``_loss``).  Thin test wrapper until the agent
+    exposes its internals (PARITY_REQUESTS.md request 1)."""
+    from dreamer_parity.candidate import agent, twohot
+    captured = []
+    orig_mean, orig_stats = twohot.mean, agent._tensorstats
+
+    def mean(logits, b, decode):
+        out = orig_mean(logits, b, decode)
+        captured.append((logits, out))
+        return out
+
+    def stats(x, prefix):
+        out = orig_stats(x, prefix)
+        if captured:
+            for i, (lg, m) in enumerate(captured):
+                out[f"__twohot{i}/logits"] = lg
+                out[f"__twohot{i}/mean"] = m
+            captured.clear()
+        return out
+    twohot.mean, agent._tensorstats = mean, stats
+    try:
+        yield
+    finally:
+        twohot.mean, agent._tensorstats = orig_mean, orig_stats
+
+
+def twohot_step_function(cfg):
+    """Like :func:`step_function` (with gradients) plus :func:`capture_twohot`."""
+    import jax
+    from dreamer_parity.candidate import agent
+    fn = jax.jit(lambda state, bt, dr: agent.train_step(cfg, state, bt, draws=dr))
+
+    def traced(state, bt, dr):
+        with capture_grads(), capture_twohot():
+            return fn(state, bt, dr)
+    return traced

@@ -318,6 +318,9 @@ def condition_twohot(params, rng):
         k = f"agent/{mod}/dist/out/kernel"
         shape = np.asarray(params[k]).shape
         kern = rng.normal(0.0, 0.3 / np.sqrt(shape[0]), shape).astype(np.float32)
+        # The padding column stays zero, as in a real run (outscale 0, never updated): the
+        # reference's per-tensor AGC norm includes it (jaxutils.py:664-668).
+        kern[:, n] = 0.0
         params[k] = kern
         params[f"agent/{mod}/dist/out/bias"] = bias.copy()
     return params
