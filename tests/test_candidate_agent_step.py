@@ -15,6 +15,10 @@ B, L = 2, 5
 T, H = L - 1, CFG.imag_length
 N = B * T
 
+#: Cheaper XLA:CPU compilation for tests (code generation effort only; same HLO semantics).
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+jit = partial(jax.jit, compiler_options=FAST_COMPILE)
+
 EXPECTED = (
     [f"{k}_loss" for k in ("vector", "reward", "cont", "dyn", "rep", "actor", "critic", "replay_critic")]
     + [f"{k}_loss_std" for k in ("vector", "reward", "cont", "dyn", "rep", "actor", "critic", "replay_critic")]
@@ -52,7 +56,7 @@ def make_draws(seed):
 
 @pytest.fixture(scope="module")
 def step_draws():
-    return jax.jit(lambda s, b, d: agent.train_step(CFG, s, b, draws=d))
+    return jit(lambda s, b, d: agent.train_step(CFG, s, b, draws=d))
 
 
 def _finite(metrics):
@@ -108,7 +112,7 @@ def test_train_step_vmap_over_seeds_finite_and_keyed():
     states = jax.vmap(lambda k: agent.init(k, CFG))(jax.random.split(jax.random.PRNGKey(7), seeds))
     batches = jax.tree_util.tree_map(lambda *x: np.stack(x), *[make_batch(i) for i in range(seeds)])
     keys = jax.random.split(jax.random.PRNGKey(1), seeds)
-    step = jax.jit(jax.vmap(partial(agent.train_step, CFG)))
+    step = jit(jax.vmap(partial(agent.train_step, CFG)))
     states, outs, m = step(states, batches, keys)
     for _ in range(2):
         states, outs, m = step(states, batches, keys)
@@ -132,7 +136,7 @@ def test_policy_step_draws_and_reset():
     rng = np.random.default_rng(5)
     draws = {"post": np.eye(CFG.classes, dtype=np.float32)[rng.integers(0, CFG.classes, (n, CFG.stoch))],
              "action": np.eye(CFG.num_actions, dtype=np.float32)[[1, 0, 1]]}
-    pol = jax.jit(lambda p, c, o, f, d: agent.policy_step(CFG, p, c, o, f, draws=d))
+    pol = jit(lambda p, c, o, f, d: agent.policy_step(CFG, p, c, o, f, draws=d))
     action, carry2, lat = pol(params, carry, obs, first, draws)
     assert action.tolist() == [1, 0, 1] and action.dtype == jnp.int32
     assert np.array_equal(np.asarray(lat["stoch"]), draws["post"].argmax(-1))
@@ -144,7 +148,7 @@ def test_policy_step_draws_and_reset():
     assert not np.array_equal(np.asarray(pol(params, carry2, obs, first, draws)[2]["deter"])[1],
                               np.asarray(lat["deter"])[1])
     # key sampling works and is vmappable
-    keyed = jax.jit(jax.vmap(lambda p, c, o, f, k: agent.policy_step(CFG, p, c, o, f, key=k),
+    keyed = jit(jax.vmap(lambda p, c, o, f, k: agent.policy_step(CFG, p, c, o, f, key=k),
                              in_axes=(None, None, None, None, 0)))
     acts, _, lats = keyed(params, carry, obs, first, jax.random.split(jax.random.PRNGKey(0), 4))
     assert acts.shape == (4, n) and lats["stoch"].shape == (4, n, CFG.stoch)
