@@ -111,7 +111,7 @@ def test_namemap_covers_every_parameter(fx_a):
     import jax
     from dreamer_parity.candidate import agent
     cfg = harness.candidate_config(fx_a)
-    fresh = agent.init(jax.random.PRNGKey(0), cfg)
+    fresh = jax.eval_shape(lambda k: agent.init(k, cfg), jax.random.PRNGKey(0))
     ref = harness.ref_params(fx_a, "init/")
     mapping = namemap.check_coverage({k: v.shape for k, v in ref.items()}, fresh)
     assert len(mapping) == len(ref)
@@ -177,9 +177,11 @@ def test_parity_fails_under_injected_bug(fx_a, bug, monkeypatch):
 def test_optimizer_decomposition(fx_a, run_a):
     """Moment/parameter differences are explained by gradient differences: the reference's
     update rule in float64 (parity/optref.py) applied to each side's own gradients and
-    pre-step state reproduces that side's recorded moments and parameters.  The reference
-    itself attains only TOL_MOMENT on its moments against exact arithmetic, which is why
-    moments are compared at TOL_MOMENT (docs/DEVIATIONS.md, Parity, P2)."""
+    pre-step state reproduces that side's recorded moments and parameters.  float32 vs
+    float64 is compared at TOL_MOMENT: the reference's own float32 update misses the issue's
+    state tolerance against exact arithmetic (worst ratios 3.8 for moments, 1.4 for
+    parameters whose update dominates their value, e.g. zero-initialised biases), which is
+    why moments are compared at TOL_MOMENT (docs/DEVIATIONS.md, Parity, P2)."""
     from dreamer_parity.parity import optref
     lr = fx_a.meta["config_overrides"]["opt.lr"]
     names = sorted(k[len("init/param/"):] for k in fx_a if k.startswith("init/param/"))
@@ -192,7 +194,8 @@ def test_optimizer_decomposition(fx_a, run_a):
             p0, nu0, mu0 = (fx_a[pre + "param/" + n], fx_a[pre + "opt/nu/" + n],
                             fx_a[pre + "opt/mu/" + n])
             p1, nu1, mu1 = optref.step(p0, fx_a[f"step{k}/grad/{n}"], nu0, mu0, k, lr)
-            checks += [compare.check(f"ref s{k} param {n}", p1, fx_a[f"step{k}/param/{n}"]),
+            checks += [compare.check(f"ref s{k} param {n}", p1, fx_a[f"step{k}/param/{n}"],
+                                     compare.TOL_MOMENT),
                        compare.check(f"ref s{k} mu {n}", mu1, fx_a[f"step{k}/opt/mu/{n}"],
                                      compare.TOL_MOMENT)]
             if k == 0:
@@ -203,7 +206,8 @@ def test_optimizer_decomposition(fx_a, run_a):
                                    cflat(st["opt_state"][2].mu, n))
             q1, qnu1, qmu1 = optref.step(cp0, cflat(run_a[k]["grads"], n), cnu0, cmu0, k, lr)
             st = run_a[k]["state"]
-            checks += [compare.check(f"cand s{k} param {n}", q1, cflat(st["params"], n)),
+            checks += [compare.check(f"cand s{k} param {n}", q1, cflat(st["params"], n),
+                                     compare.TOL_MOMENT),
                        compare.check(f"cand s{k} mu {n}", qmu1, cflat(st["opt_state"][2].mu, n),
                                      compare.TOL_MOMENT),
                        compare.check(f"cand s{k} nu {n}", qnu1, cflat(st["opt_state"][1].nu, n),

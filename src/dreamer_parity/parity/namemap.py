@@ -129,7 +129,8 @@ def check_coverage(ref_shapes: dict, cand_state: dict) -> dict:
     Args:
       ref_shapes: {reference name: shape tuple} of every reference parameter of the mapped
         modules (slow critic included).
-      cand_state: dict with "params" and "slow_critic" (candidate TrainState or a subset).
+      cand_state: dict with "params" and "slow_critic" (candidate TrainState, a subset, or
+        its ``jax.eval_shape``: leaves need only ``.shape``).
     Returns {reference name: candidate flat key}.
     Raises KeyError for an unmapped or missing name, ValueError for a shape mismatch or a
     candidate leaf no reference name maps to.
@@ -143,7 +144,7 @@ def check_coverage(ref_shapes: dict, cand_state: dict) -> dict:
         if key not in cand:
             raise KeyError(f"namemap: {name!r} -> {key} not in the candidate state")
         want = tuple(shape[:-1]) + (shape[-1] - 1,) if is_padded(name) else tuple(shape)
-        got = tuple(np.shape(cand[key]))
+        got = tuple(cand[key].shape)
         if got != want:
             raise ValueError(f"namemap: {name!r} -> {key}: reference shape {tuple(shape)} "
                              f"(candidate layout {want}) vs candidate {got}")
