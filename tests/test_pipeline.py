@@ -40,7 +40,15 @@ ap = argparse.ArgumentParser(); ap.add_argument("--out"); a = ap.parse_args()
 R.write_json(a.out, {"passed": True})
 '''
 
-STUB_LAUNCH = '''
+RECORD = '''
+def record(side, seed, rows, val_std):
+    return {"side": side, "seed": seed, "rows": rows, "updates": 1, "eval_returns": [9.0],
+            "eval_lengths": [9], "eval_mean": 9.0, "eval_len_mean": 9.0,
+            "train": {"val/std": val_std}, "train_counts": {"val/std": 1}, "retnorm": None,
+            "status": "ok"}
+'''
+
+STUB_LAUNCH = RECORD + '''
 import argparse, os, sys
 from pathlib import Path
 from dreamer_parity import params as P, records as R
@@ -53,10 +61,12 @@ if os.environ.get("STUB_FAIL_SEED") == str(a.seed):
     sys.exit("stub reference: failing midway on purpose")
 R.write_json(out / "run.json", {"seed": a.seed, "decode": p["reference"]["decode"],
                                 "sampler": p["reference"]["sampler"], "rows": p["rows"]})
+v = 0.08 if p["reference"]["decode"] == "ref" else 0.01
+R.write_jsonl(out / "records.jsonl", [record("reference", a.seed, p["rows"], v)])
 R.write_done(out)
 '''
 
-STUB_CANDIDATE = '''
+STUB_CANDIDATE = RECORD + '''
 import argparse
 from pathlib import Path
 from dreamer_parity import params as P, records as R
@@ -65,6 +75,8 @@ a = ap.parse_args(); p = P.load(a.params)
 for s in p["seeds"]:
     out = Path(a.out) / f"s{s}"
     R.write_json(out / "run.json", {"seed": s, "decode": p["decode"], "rows": p["rows"]})
+    v = 0.02 if p["decode"] == "exact" else 0.07
+    R.write_jsonl(out / "records.jsonl", [record("candidate", s, p["rows"], v)])
     R.write_done(out)
 '''
 
@@ -281,6 +293,9 @@ def test_decode_reruns_only_candidate_and_compare(stub_round):
     change = diff["metrics/summary.json"]
     assert change["candidate.last_val_std"] == {"old": 1.0, "new": 2.0, "diff": 1.0}
     assert "reference.last_val_std" not in change
+    train = diff["metrics/train_last_window.json"]
+    assert train["val/std.candidate.s0"] == {"old": 0.02, "new": 0.07, "diff": 0.05}
+    assert not [k for k in train if ".reference." in k], train
 
 
 def test_reference_decode_reruns_only_reference_and_compare(stub_round):
@@ -320,6 +335,9 @@ def test_published_source_stands_in_for_the_reference(stub_round):
         assert sorted(x.name for x in d.iterdir()) == ["STAND_IN.json"]
         assert json.loads((d / "STAND_IN.json").read_text())["source"] == "data/published/round1"
     assert "reference data/published/round1" in (clone / "results/report.md").read_text()
+    train = json.loads((clone / "metrics/train_last_window.json").read_text())
+    assert train["reference.reason"] == "published runs carry no training-metric windows"
+    assert train["val/std.candidate.s1"] == 0.02
 
 
 def test_failed_stage_leaves_no_finished_output_and_loses_nothing(stub_round):
@@ -335,5 +353,7 @@ def test_failed_stage_leaves_no_finished_output_and_loses_nothing(stub_round):
     dvc(clone, "checkout", "-f", "reference@0")
     assert tree_digest(d) == good
     # a rerun starts clean: the partial file of the failed attempt is gone
+    (d / "stray.txt").write_text("left by hand")
     dvc(clone, "repro", "-f", "reference@0")
-    assert sorted(x.name for x in d.iterdir()) == ["DONE.json", "run.json"]
+    assert sorted(x.name for x in d.iterdir()) == ["DONE.json", "records.jsonl", "run.json"]
+    assert tree_digest(d) == good

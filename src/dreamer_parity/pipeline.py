@@ -25,9 +25,13 @@ temporary experiment clone of it)::
     ``DONE.json``, so no reader takes it for a run.
 
 ``compare``
-    Replaces itself with ``python -m dreamer_parity.analysis.compare`` with
-    ``--reference`` set to ``results/reference`` (source ``run``) or to the published
-    directory, and ``--prereg docs/rounds/<round>.md``.
+    Runs ``python -m dreamer_parity.analysis.compare`` with ``--reference`` set to
+    ``results/reference`` (source ``run``) or to the published directory, and
+    ``--prereg docs/rounds/<round>.md``; then writes ``metrics/train_last_window.json``
+    (:func:`last_window_metrics`): the last-window means of the training metrics that
+    the two-hot decode moves (:data:`DECODE_METRICS`), per side and seed, so that
+    ``dvc metrics diff`` shows a decode change even where the evaluation returns do not
+    move (smoke size).  Exit status: the analysis's.
 
 Errors are one line naming the parameter or file; nothing here computes anything.
 """
@@ -43,12 +47,18 @@ from . import params as P
 from .records import write_json
 
 __all__ = ["PreflightError", "preflight", "prereg_path", "reference_dir", "GATE_TEXT",
-           "RESULTS_REFERENCE", "RESULTS_CANDIDATE"]
+           "RESULTS_REFERENCE", "RESULTS_CANDIDATE", "DECODE_METRICS", "last_window_metrics"]
 
 #: Content of the preflight gate file (constant on purpose, see the module doc).
 GATE_TEXT = "params.yaml, pre-registration and reference side checked\n"
 RESULTS_REFERENCE = "results/reference"
 RESULTS_CANDIDATE = "results/candidate"
+TRAIN_METRICS_FILE = "metrics/train_last_window.json"
+
+#: Training metrics (reference names, records.py ``train``) whose window means follow the
+#: two-hot expectation: value and return spreads and the reward prediction (published
+#: study, DIAGNOSIS: the reference formula adds noise to every reward and value prediction).
+DECODE_METRICS = ("val/std", "val/mean", "ret/std", "ret/mean", "rew/std", "adv/std")
 
 
 class PreflightError(ValueError):
@@ -167,14 +177,74 @@ def _cmd_reference(a) -> int:
     return 0
 
 
+def _side_run_dir(directory: Path, side: str, seed: int) -> Path:
+    """``<dir>/s<seed>``, or ``<dir>/<side>/s<seed>`` where a writer nests the side."""
+    flat = Path(directory) / f"s{int(seed)}"
+    return flat if flat.is_dir() else Path(directory) / side / f"s{int(seed)}"
+
+
+def last_window_metrics(params: dict, sides: dict, names=DECODE_METRICS) -> dict:
+    """Last-window means of training metrics, per side and seed, as flat metric keys.
+
+    Args:
+      params: validated params (``seeds``, ``rows``).
+      sides: ``{"reference": dir or None, "candidate": dir}``; None (a published stand-in,
+        which has no training metrics) gives a ``<side>.reason`` key instead.
+      names: metric names of the records' ``train`` dict.
+
+    Returns:
+      ``{"<name>.<side>.s<seed>": float | None, "<name>.<side>.mean": float | None,
+      "rows": int}``: the window ending at the last evaluation point (``params rows``);
+      None where the seed has no record there (a failed seed) or no finite value.
+
+    Raises:
+      records.RecordError: a run directory without its completion marker, or malformed.
+    """
+    import math
+
+    from . import records
+
+    out: dict = {"rows": params["rows"]}
+    for side, directory in sides.items():
+        if directory is None:
+            out[f"{side}.reason"] = "published runs carry no training-metric windows"
+            continue
+        last = {}
+        for seed in params["seeds"]:
+            recs = records.read_records(_side_run_dir(directory, side, seed))
+            last[seed] = next((r["train"] for r in recs if r["rows"] == params["rows"]), {})
+        for name in names:
+            vals = []
+            for seed in params["seeds"]:
+                v = last[seed].get(name)
+                v = float(v) if v is not None and math.isfinite(v) else None
+                out[f"{name}.{side}.s{seed}"] = v
+                if v is not None:
+                    vals.append(v)
+            out[f"{name}.{side}.mean"] = (sum(vals) / len(vals)
+                                          if len(vals) == len(params["seeds"]) else None)
+    return out
+
+
 def _cmd_compare(a) -> int:
+    import subprocess
+
     params = preflight(a.params, check_reference=False)
     args = ["--params", str(a.params), "--reference", reference_dir(params),
             "--candidate", RESULTS_CANDIDATE, "--metrics-dir", "metrics",
             "--plots-dir", "metrics/plots", "--report", "results/report.md",
             "--prereg", str(prereg_path(params))]
-    _exec("dreamer_parity.analysis.compare", args)
-    return 0  # not reached
+    print("> python -m dreamer_parity.analysis.compare " + " ".join(args), flush=True)
+    out = Path(TRAIN_METRICS_FILE)
+    if out.exists():
+        out.unlink()
+    rc = subprocess.call([sys.executable, "-m", "dreamer_parity.analysis.compare", *args])
+    if rc not in (0, 1):   # 2: bad input, nothing written
+        return rc
+    ref = RESULTS_REFERENCE if params["reference"]["source"] == "run" else None
+    write_json(out, last_window_metrics(params, {"reference": ref,
+                                                 "candidate": RESULTS_CANDIDATE}))
+    return rc
 
 
 def main(argv=None) -> int:
