@@ -53,7 +53,8 @@ def load(regime: str, directory=None) -> Fixture:
     path = d / f"regime_{regime}.npz"
     if not path.exists() or not (d / "meta.json").exists():
         raise FileNotFoundError(
-            f"{path} (or meta.json) missing; regenerate with `make parity-fixtures`")
+            f"{path} (or meta.json) missing; regenerate with `make parity-fixtures` "
+            "(python -m dreamer_parity.parity.regen)")
     with np.load(path) as z:
         fx = Fixture({k: z[k] for k in z.files})
     fx.meta = json.loads((d / "meta.json").read_text())

@@ -54,13 +54,11 @@ import argparse
 import collections
 import hashlib
 import inspect
-import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +114,7 @@ def _caller(names):
     return None
 
 
+#: Source-line patterns of the TwoHotDist.mean call sites in agent.py (29eb964) -> site name.
 _MEAN_SITES = (
     ("self.rew(outs).mean()", "imag_rew"),
     ("val = critic.mean()", "imag_val"),
@@ -128,7 +127,6 @@ _MEAN_SITES = (
 
 def install_patches():
     """Install the stashing wrappers (see module docstring); returns the reference modules."""
-    import jax
     import jax.numpy as jnp
     import optax
     embodied, agt, jaxutils, nets, nj = _import_reference()
@@ -197,7 +195,6 @@ def install_patches():
             losses = {k: jnp.maximum(v, free) for k, v in losses.items()}
         return losses, metrics
     nets.RSSM.loss = rssm_loss
-    del jax
     return embodied, agt, jaxutils, nets, nj
 
 
@@ -355,7 +352,7 @@ def _state_record(params):
     return rec
 
 
-def _collect_step(nsteps_expected):
+def _collect_step():
     """Turn the stash of one train call into arrays (checks the expected call counts)."""
     T, H = SIZES["batch_length"] - 1, SIZES["imag_length"]
     B = SIZES["batch_size"]
@@ -437,7 +434,7 @@ def run_regime(agent, config, regime):
         jax.effects_barrier()
         _RECORD["on"] = False
         new = jax.tree_util.tree_map(np.asarray, new)
-        rec = _collect_step(STEPS)
+        rec = _collect_step()
         rec.update(_state_record(new))
         rec.update({f"opt/{k}": v for k, v in _flatten_optstate(
             new["agent/opt/state"], names).items()})
