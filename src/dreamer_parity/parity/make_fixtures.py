@@ -501,6 +501,7 @@ def write_npz(path, arrays):
     try:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, **arrays)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -513,6 +514,7 @@ def write_json(path, obj):
     with os.fdopen(fd, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
         f.write("\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
