@@ -18,7 +18,9 @@ Bins live in raw value space: ``symexp`` of a symmetric grid from -20 to 20 with
     ``half = symexp(linspace(-20, 0, 128)); bins = concat(half, -half[:-1][::-1])`` (values
     stored, see :func:`bins_ref`), and the
     mean is the pair sum ``(p[m]*b[m]).sum() + ((p[:m]*b[:m])[::-1] + p[m+1:]*b[m+1:]).sum()``.
-    Under jit XLA fuses each pair into an FMA, leaving one product unrounded, so with
+    Under jit the reference's XLA fuses each pair into an FMA, leaving one product
+    unrounded (emulated explicitly by :func:`mean_ref`, because jax 0.10's XLA does not
+    contract the literal formula the same way, see :func:`mean_ref_literal`), so with
     |b| up to 4.85e8 the sum of nominally cancelling pairs is not 0.  Measured (study
     DIAGNOSIS.txt): with all-zero logits a program-dependent constant (+0.0153 inside the
     reference train step, -0.169 standalone, +0.162 in another program); from about update
@@ -42,8 +44,8 @@ import numpy as np
 
 from .nets import symexp
 
-__all__ = ["bins", "bins_exact", "bins_ref", "mean", "mean_exact", "mean_ref", "log_prob",
-           "encode"]
+__all__ = ["bins", "bins_exact", "bins_ref", "mean", "mean_exact", "mean_ref",
+           "mean_ref_literal", "ref_pair_sum", "two_product", "log_prob", "encode"]
 
 f32 = jnp.float32
 
@@ -122,13 +124,79 @@ def mean_exact(logits, b):
     return (diff * b[m + 1:]).sum(-1)
 
 
-def mean_ref(logits, b):
-    """Expectation f32[...] by the reference's pair sum (jaxutils.py:233-243, odd n)."""
+def _split(a):
+    """Veltkamp-style split of f32 ``a`` into ``hi + lo`` with 12-bit ``hi`` (bit mask, so no
+    arithmetic that XLA could contract)."""
+    hi = jax.lax.bitcast_convert_type(
+        jax.lax.bitcast_convert_type(a, jnp.uint32) & jnp.uint32(0xFFFFF000), f32)
+    return hi, a - hi
+
+
+def two_product(a, b):
+    """Error-free product of f32 arrays: returns (fl(a*b), e) with a*b == fl(a*b) + e exactly.
+
+    Every partial product of the 12-bit halves is exact in float32, so an FMA contraction of
+    any step by XLA gives the same bits (the result is contraction-proof).
+    """
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, (((ah * bh - p) + ah * bl) + al * bh) + al * bl
+
+
+def _rounded(x):
+    """``x`` itself, behind a select that no compiler can fold away (``x`` is NaN-free
+    here), so that a following addition cannot be contracted with the multiplication
+    that produced ``x`` into an FMA (XLA:CPU contracts across optimisation barriers)."""
+    return jnp.where(jnp.isnan(x), jnp.zeros_like(x), x)
+
+
+def mean_ref_literal(logits, b):
+    """The reference's pair sum written literally (jaxutils.py:233-243, odd n).
+
+    Whether XLA contracts a pair into an FMA depends on the compiled program and the XLA
+    version (measured: jax 0.10.2 leaves it uncontracted inside the candidate's train step,
+    where the result is as accurate as :func:`mean_exact`), so this alone does not reproduce
+    the reference's behaviour; :func:`mean_ref` does.
+    """
     p = jax.nn.softmax(logits, -1)
     m = (logits.shape[-1] - 1) // 2
     p1, p2, p3 = p[..., :m], p[..., m:m + 1], p[..., m + 1:]
     b1, b2, b3 = b[:m], b[m:m + 1], b[m + 1:]
     return (p2 * b2).sum(-1) + ((p1 * b1)[..., ::-1] + (p3 * b3)).sum(-1)
+
+
+def mean_ref(logits, b):
+    """Expectation f32[...] by the reference's pair sum as the reference's compiled program
+    evaluates it (jaxutils.py:233-243 under jit with jax 0.4.26 on CPU).
+
+    Each mirror pair ``p_lo*b_lo + p_hi*b_hi`` is evaluated as XLA's fused multiply-add
+    does in the reference: the negative-half product unrounded, the positive-half product
+    rounded once, one rounding of the sum, i.e. ``fl(fl(p_hi*b_hi) + p_lo*b_lo)``, computed
+    here as ``fl(fl(hi_lo + fl(p_hi*b_hi)) + err_lo)`` from an error-free product
+    (:func:`two_product`) with the rounded products kept apart from the additions, so that the result no longer
+    depends on what the candidate's XLA decides to contract.  Measured against the
+    reference's recorded in-step values (tests/test_parity.py): all-zero logits give
+    -0.1645 (reference -0.1645); logits whose central bins moved give per-element error std
+    ~0.085 and max ~0.3 against a true spread ~1e-2 (reference 0.086, max 0.25-0.29).
+    """
+    return ref_pair_sum(jax.nn.softmax(logits, -1), b)
+
+
+def ref_pair_sum(p, b):
+    """The contracted pair sum of :func:`mean_ref` on probabilities p f32[..., n] (odd n).
+
+    Deterministic given ``p``: the same bits eager, under jit and under vmap.  (What still
+    varies between programs is ``p`` itself: XLA may evaluate the softmax with different
+    roundings, and the outer pairs amplify any asymmetry by up to 4.85e8.)
+    """
+    m = (p.shape[-1] - 1) // 2
+    p_lo, p_mid, p_hi = p[..., :m][..., ::-1], p[..., m:m + 1], p[..., m + 1:]
+    b_lo, b_hi = b[:m][::-1], b[m + 1:]
+    prod_lo, err_lo = two_product(p_lo, b_lo)
+    prod_hi = _rounded(p_hi * b_hi)
+    pairs = (_rounded(prod_lo) + prod_hi) + err_lo
+    return (p_mid * b[m:m + 1]).sum(-1) + pairs.sum(-1)
 
 
 def mean(logits, b, decode: str):
