@@ -284,15 +284,12 @@ def test_regime_b_exact_decode_equals_float64(fx_b, run_b_exact):
             assert np.all(err <= bound)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "candidate decode 'ref' (jax 0.10.2, x86-64 XLA:CPU) shows no pair-sum noise: in-step "
-    "error std 4e-10..6e-9 and exactly 0 for zero logits, vs the reference's (jax 0.4.26) "
-    "0.08-0.09 and a -0.1645 constant; the noise is an XLA FMA-contraction effect the "
-    "candidate's compiler does not reproduce (PARITY_REQUESTS.md request 2, DEVIATIONS P4)"))
 def test_regime_b_ref_decode_noise(fx_b, run_b_ref):
     """decode: ref -- the candidate's imagined rewards and values show the same kind of noise
-    as the reference's: a nonzero zero-logit constant at update 1 and, at updates 2-3, an
-    error std against the float64 expectation within a factor 3 of the reference's."""
+    as the reference's: at update 1 (zero logits) the same constant offset (within 0.01), at
+    updates 2-3 an error std against the float64 expectation within a factor 1.5 of the
+    reference's (measured ratios 1.00-1.06 with the candidate's explicit FMA emulation;
+    before it, the candidate's jax 0.10.2 gave 4e-10..6e-9, DEVIATIONS P4)."""
     ok = True
     for k in range(STEPS):
         for i, site in B_SITES.items():
@@ -304,7 +301,7 @@ def test_regime_b_ref_decode_noise(fx_b, run_b_ref):
                   f"{c_max:.3g} mean {c_mean:.3g} | reference std {r_std:.3g} max {r_max:.3g} "
                   f"mean {r_mean:.3g}")
             if k == 0:
-                ok &= abs(c_mean) > 1e-3
+                ok &= abs(r_mean) > 1e-3 and c_std == 0 and abs(c_mean - r_mean) <= 0.01
             else:
-                ok &= r_std / 3 <= c_std <= 3 * r_std
+                ok &= r_std / 1.5 <= c_std <= 1.5 * r_std
     assert ok

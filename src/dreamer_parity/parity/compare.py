@@ -65,7 +65,8 @@ def check(name: str, cand, ref, tol=TOL_STATE, scale=None) -> Check:
     r = np.asarray(ref, np.float64)
     if c.shape != r.shape:
         raise ValueError(f"{name}: candidate shape {c.shape} != reference shape {r.shape}")
-    max_ref = float(np.nanmax(np.abs(r))) if r.size else 0.0
+    finite = np.abs(r[~np.isnan(r)])
+    max_ref = float(finite.max()) if finite.size else 0.0
     if scale is not None:
         max_ref = max(max_ref, float(scale))
     atol = atol_frac * max_ref
