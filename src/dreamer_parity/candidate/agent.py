@@ -27,12 +27,18 @@ from . import dists, heads, optim, rssm, twohot
 from .config import LOSS_TERMS, AgentConfig
 from .nets import symlog
 
-__all__ = ["AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
+__all__ = ["XLA_CPU_OPTIONS", "AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
            "init_params", "lambda_return", "replay_return", "retnorm_update", "kl_losses"]
 
 f32 = jnp.float32
 i32 = jnp.int32
 sg = jax.lax.stop_gradient
+
+#: Optional XLA:CPU compiler options for jitting the train step on CPU (jax 0.10.2):
+#: ``jax.jit(f, compiler_options=XLA_CPU_OPTIONS)``.  They turn off the YNNPACK fusions, which
+#: fold matmuls together with softmax/SiLU chains and ran the imagination loop ~10-30% slower
+#: in CPU time on the 2-core machine (noisy, shared).  CPU only; do not pass them on GPU.
+XLA_CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 treemap = jax.tree_util.tree_map
 
 
@@ -214,7 +220,7 @@ def kl_losses(post, prior, free):
     return dyn, rep
 
 
-def _loss(params, cfg, slow, retnorm, batch, noise, bins):
+def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     """Total loss and aux (metrics, new retnorm, replay latents).  See train_step."""
     B, L = batch["reward"].shape
     T, H = L - 1, cfg.imag_length
@@ -284,8 +290,8 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins):
 
     # Annotate (agent.py:284-301).
     mean = lambda logits: twohot.mean(logits, bins, cfg.decode)
-    rew = jnp.concatenate([reward.reshape(1, N), mean(
-        heads.rew_logits(sp["rew"], cfg, t_deter[1:], t_stoch[1:]))], 0)
+    rew_logits = heads.rew_logits(sp["rew"], cfg, t_deter[1:], t_stoch[1:])      # (H,N,bins)
+    rew = jnp.concatenate([reward.reshape(1, N), mean(rew_logits)], 0)
     con = jnp.concatenate([cont.reshape(1, N), jax.nn.sigmoid(
         heads.con_logit(sp["con"], cfg, t_deter[1:], t_stoch[1:]))], 0)
     critic_l = heads.critic_logits(params["critic"], cfg, t_deter, t_stoch)   # (H+1,N,bins)
@@ -347,10 +353,14 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins):
 
     total = sum(scales[k] * losses[k].mean() for k in LOSS_TERMS)
     outs = {"deter": deter, "stoch": jnp.argmax(stoch, -1).astype(i32)}
+    if internals:
+        kl_dyn, kl_rep = kl_losses(post, prior, 0.0)
+        outs.update({"imag_rew": rew, "imag_val": val, "imag_rew_logits": rew_logits,
+                     "imag_val_logits": critic_l, "kl_dyn": kl_dyn, "kl_rep": kl_rep})
     return total, (m, retnorm, outs)
 
 
-def train_step(cfg: AgentConfig, state, batch, key=None, draws=None):
+def train_step(cfg: AgentConfig, state, batch, key=None, draws=None, internals: bool = False):
     """One train update (reference agent.py:166-223 + jaxutils.py Optimizer/SlowUpdater).
 
     batch: B windows of L rows (row 0 = replay context; rows 1..L-1 = T trained rows):
@@ -365,6 +375,10 @@ def train_step(cfg: AgentConfig, state, batch, key=None, draws=None):
     Returns (new state, outs, metrics): outs {"deter": f32[B,T,D], "stoch": i32[B,T,S]} are the
     posterior latents of the trained rows (replay write-back); metrics dict of f32 scalars
     under the reference's names (module doc of CANDIDATE_API.md).
+    internals (static, default False): outs also holds "grads" (raw gradient pytree, the
+    input of AGC), "imag_rew"/"imag_val" f32[H+1,B*T] (row 0 of imag_rew = replay reward),
+    "imag_rew_logits" f32[H,B*T,bins], "imag_val_logits" f32[H+1,B*T,bins], and
+    "kl_dyn"/"kl_rep" f32[B,T] (KL sums before the free-bits clamp), for parity tests.
     Raises ValueError (before any compute) on missing keys or wrong shapes.
     """
     B, L = _check_batch(cfg, batch)
@@ -381,6 +395,9 @@ def train_step(cfg: AgentConfig, state, batch, key=None, draws=None):
     bins = twohot.bins(cfg.bins, cfg.decode)
 
     def loss_fn(params):
+        if internals:
+            return _loss(params, cfg, state["slow_critic"], state["retnorm"], batch, noise, bins,
+                         internals=True)
         return _loss(params, cfg, state["slow_critic"], state["retnorm"], batch, noise, bins)
 
     (loss, (metrics, retnorm, outs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -389,6 +406,8 @@ def train_step(cfg: AgentConfig, state, batch, key=None, draws=None):
     params, opt_state, opt_metrics = optim.apply(tx, grads, state["opt_state"], state["params"])
     metrics.update(opt_metrics)
     metrics["opt_loss"] = loss
+    if internals:
+        outs = {**outs, "grads": grads}
 
     # Slow critic (jaxutils.py:737-762): exact copy at the first update, then EMA 0.02.
     n = state["updates"]

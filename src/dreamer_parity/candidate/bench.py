@@ -20,7 +20,7 @@ from functools import partial
 import jax
 import numpy as np
 
-from .agent import init, train_step
+from .agent import XLA_CPU_OPTIONS, init, train_step
 from .config import AgentConfig
 
 
@@ -39,13 +39,14 @@ def synthetic_batch(cfg: AgentConfig, batch: int, length: int, seed: int = 0) ->
             "stoch": rng.integers(0, cfg.classes, (batch, length, cfg.stoch)).astype(np.int32)}
 
 
-def bench(cfg: AgentConfig, seeds: int, updates: int, batch: int, length: int) -> dict:
+def bench(cfg: AgentConfig, seeds: int, updates: int, batch: int, length: int,
+          compiler_options: dict | None = None) -> dict:
     """Compile time and per-update times of jit(vmap(train_step)) over ``seeds`` seeds."""
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     states = jax.vmap(lambda k: init(k, cfg))(keys)
     batches = jax.tree_util.tree_map(
         lambda *x: np.stack(x), *[synthetic_batch(cfg, batch, length, i) for i in range(seeds)])
-    step = jax.jit(jax.vmap(partial(train_step, cfg)))
+    step = jax.jit(jax.vmap(partial(train_step, cfg)), compiler_options=compiler_options)
     t0 = time.perf_counter()
     compiled = step.lower(states, batches, keys).compile()
     compile_s = time.perf_counter() - t0
@@ -71,11 +72,14 @@ def main(argv=None) -> int:
     ap.add_argument("--updates", type=int, default=5)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--length", type=int, default=65)
+    ap.add_argument("--xla", default="noynn", choices=("noynn", "default"),
+                    help="noynn: agent.XLA_CPU_OPTIONS (CPU only); default: no options")
     a = ap.parse_args(argv)
     cfg = AgentConfig.for_profile(a.profile, decode=a.decode)
     for s in a.seeds:
-        r = bench(cfg, s, a.updates, a.batch, a.length)
-        print(f"profile={a.profile} seeds={s} compile={r['compile_s']:.1f}s "
+        r = bench(cfg, s, a.updates, a.batch, a.length,
+                  XLA_CPU_OPTIONS if a.xla == "noynn" else None)
+        print(f"profile={a.profile} xla={a.xla} seeds={s} compile={r['compile_s']:.1f}s "
               f"update={r['update_s']:.3f}s seed_update={r['seed_update_s']:.3f}s "
               f"cpu_per_update={r['cpu_update_s']:.3f}s "
               f"all={[round(t, 3) for t in r['times']]}", flush=True)

@@ -8,7 +8,9 @@ obslogit (posterior), img0..img{n-1} and imglogit (prior).
 The block matmuls run in group-major layout ('gbi,gio->gbo'), which XLA:CPU executes 3-5x
 faster than the reference's 'bgi' layout (PERF_REFERENCE.md section 2); the arithmetic is the
 same block-diagonal product.  The block input [deter block k, x] of dyn0 is split into its
-two row blocks (two matmuls summed) instead of concatenating x to every block.
+two row blocks instead of concatenating x to every block: the deter part is a group-major
+block matmul, the x part (shared by all blocks) one dense (B, 3H) x (3H, D) matmul; the two
+are summed (float32 rounding order differs from the reference's single dot).
 
 Carry: deter f32[B, D], stoch f32[B, S, K] (one-hot, or zeros at the start).
 """
@@ -66,9 +68,11 @@ def gru(p, cfg, deter, stoch, action):
     x2 = dense(p["dynin2"], action)
     x = jnp.concatenate([x0, x1, x2], -1)                          # (B, 3H)
     kernel = p["dyn0"]["kernel"]                                   # (g, Dg + 3H, Dg)
+    # x-part of every block as one dense matmul: rows Dg: of each block's kernel side by side
+    kx = kernel[:, Dg:].transpose(1, 0, 2).reshape(-1, D)          # (3H, D), block-major columns
+    yx = (x @ kx).reshape(B, g, Dg).transpose(1, 0, 2)             # (g, B, Dg)
     hg = deter.reshape(B, g, Dg).transpose(1, 0, 2)                # (g, B, Dg)
-    y = (jnp.einsum("gbi,gio->gbo", hg, kernel[:, :Dg])
-         + jnp.einsum("bi,gio->gbo", x, kernel[:, Dg:])
+    y = (jnp.einsum("gbi,gio->gbo", hg, kernel[:, :Dg]) + yx
          + p["dyn0"]["bias"].reshape(g, 1, Dg))
     y = rms_norm(y, p["dyn0"]["scale"].reshape(g, 1, Dg), axis=(0, 2))
     y = jax.nn.silu(y)
