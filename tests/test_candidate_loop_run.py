@@ -119,7 +119,7 @@ def test_resume_after_kill_gives_same_records(tmp, run_a):
     key_dir = work / res["key"]
     (key_dir / "checkpoint.npz.tmp-99999").write_bytes(b"garbage")
     out2, res2 = _run(tmp, "c", work=work)
-    assert res2["completed"] and res2["resumed_from_rows"] == 800
+    assert res2["completed"] and res2["resumed_from_rows"] == 800, (res["key"], res2["key"])
     for seed in SMOKE["seeds"]:
         assert _files(run_a[0], seed) == _files(out2, seed)
     # other parameters: a clean start under another key

@@ -7,16 +7,15 @@ checkpoint or the new one.
 
 Its directory is ``<work_dir>/<key>/`` where ``key`` hashes everything that determines
 the run's numbers: the resolved run parameters, the agent config, the content of the
-package's source files (``src/dreamer_parity/**/*.py``: the code identity the repository
-commit plus the dirty diff of ``src/`` stand for, without depending on unrelated
-commits), the agent module's name, the jax / jaxlib versions and the backend (cpu, gpu).  Other parameters or
-code give another key, hence a clean start.
+run's source files (:data:`CODE_FILES`: the code identity that the repository commit plus
+the dirty diff of ``src/`` stand for, without depending on unrelated commits), the agent
+module's name, the jax / jaxlib versions and the backend (cpu, gpu).  Other parameters
+or code give another key, hence a clean start.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 from pathlib import Path
@@ -33,26 +32,43 @@ class CheckpointMismatch(RuntimeError):
     """A checkpoint exists under the key but does not fit the current program."""
 
 
-def code_hash(root: Path = PACKAGE_ROOT) -> str:
-    """sha256 over the relative paths and bytes of every ``*.py`` file under ``root``."""
+#: The code that determines a candidate run's numbers and files, relative to the package.
+CODE_FILES = ("candidate/**/*.py", "schedule.py", "params.py", "records.py")
+
+
+def code_hash(root: Path = PACKAGE_ROOT, extra_files=()) -> str:
+    """sha256 over the relative paths and bytes of the run's code.
+
+    Covers :data:`CODE_FILES` under ``root`` (the candidate package, the schedule, the
+    params schema, the record writers) plus ``extra_files`` (e.g. an agent module kept
+    outside the package).  Other modules of the repository (analysis, reference side) do
+    not invalidate a checkpoint.
+    """
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
-        if "__pycache__" in p.parts:
-            continue
+    files = sorted({p for pat in CODE_FILES for p in root.glob(pat)
+                    if "__pycache__" not in p.parts})
+    for p in files:
         h.update(p.relative_to(root).as_posix().encode() + b"\0")
         h.update(p.read_bytes() + b"\0")
+    for p in extra_files:
+        p = Path(p)
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 
 
 def run_key(run_params: dict, agent_config: dict, agent_module: str,
-            extra: dict | None = None) -> str:
-    """The 16-hex-digit key of a run (see the module docstring)."""
+            extra: dict | None = None, agent_file=None) -> str:
+    """The 16-hex-digit key of a run (see the module docstring).
+
+    ``agent_file``: the agent module's source file, hashed too when it lies outside the
+    package (a stand-in agent of the tests).
+    """
     import jax
     import jaxlib
 
     blob = json.dumps({
         "params": run_params, "agent_config": agent_config, "agent": agent_module,
-        "code": code_hash(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+        "code": code_hash(extra_files=[agent_file] if agent_file else []), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
         "backend": jax.default_backend(),
         "extra": extra or {},
     }, sort_keys=True, default=str)

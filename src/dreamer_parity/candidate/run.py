@@ -172,7 +172,9 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
                     updates_at_points=[int(counts_all[:p // NUM_ENVS].sum())
                                        for p in paramslib.eval_points(params)],
                     chunk_steps=chunk_steps)
-    key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)))
+    agent_file = getattr(agent, "__file__", None)
+    key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
+                          agent_file=agent_file)
     ckdir = Path(work_dir) / key
     for s in seeds:   # stale completion markers must not make this run look finished
         stale = records.run_dir(out, "candidate", s) / records.DONE
