@@ -134,7 +134,8 @@ def phase_throughput(a) -> dict:
     from dreamer_parity.candidate import replay as replaylib
     rp = jax.eval_shape(lambda: replaylib.init(NUM_ENVS, a.rows // NUM_ENVS, cfg.deter,
                                                cfg.stoch, cfg.obs_dim))
-    f = jax.jit(lambda st, rp, n, k: loop.update_step(agent, cfg, s, st, rp, n, k))
+    f = jax.jit(lambda st, rp, n, k: loop.update_step(agent, cfg, s, st, rp, n, k),
+                compiler_options=loop.compiler_options(agent))
     comp = f.lower(st, rp, jnp.int32(500), jax.random.PRNGKey(0)).compile()
     hlo = comp.as_text()
     out["flops_per_update"] = matmul_flops(hlo)

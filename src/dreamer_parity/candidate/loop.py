@@ -35,7 +35,7 @@ from . import env as envlib
 from . import evaluate as evallib
 from . import replay as replaylib
 
-__all__ = ["Programs", "build", "update_step", "seed_keys", "metric_shapes", "is_loss_metric", "field"]
+__all__ = ["Programs", "build", "update_step", "compiler_options", "seed_keys", "metric_shapes", "is_loss_metric", "field"]
 
 EVAL_KEY_SALT = 7_000_001   # the protocol's evaluation entropy constant (PROTOCOL.md 4.2)
 
@@ -227,6 +227,13 @@ def _point(agent, cfg, episodes: int, carry):
     return new, report
 
 
+def compiler_options(agent) -> dict | None:
+    """The agent's XLA:CPU compiler options (``agent.XLA_CPU_OPTIONS``) on the CPU backend,
+    else None (GPU, or an agent without them)."""
+    opts = getattr(agent, "XLA_CPU_OPTIONS", None)
+    return dict(opts) if opts and jax.default_backend() == "cpu" else None
+
+
 def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
           s: Schedule = Schedule()) -> Programs:
     """Build the jitted, seed-vmapped programs of a run.
@@ -241,7 +248,8 @@ def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
       s: the replay/ratio settings.
 
     Returns:
-      :class:`Programs`.  ``chunk`` and ``point`` donate the carry.
+      :class:`Programs`.  ``chunk`` and ``point`` donate the carry and are compiled with
+      :func:`compiler_options`.
     """
     names = tuple(metric_shapes(agent, cfg, s))
 
@@ -254,8 +262,10 @@ def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
     def point_seed(carry):
         return _point(agent, cfg, eval_episodes, carry)
 
+    opts = compiler_options(agent)
     return Programs(
         init=jax.jit(jax.vmap(init_seed)),
-        chunk=jax.jit(jax.vmap(chunk_seed, in_axes=(0, None)), donate_argnums=0),
-        point=jax.jit(jax.vmap(point_seed), donate_argnums=0),
+        chunk=jax.jit(jax.vmap(chunk_seed, in_axes=(0, None)), donate_argnums=0,
+                      compiler_options=opts),
+        point=jax.jit(jax.vmap(point_seed), donate_argnums=0, compiler_options=opts),
         metric_names=names, capacity=capacity, chunk_steps=chunk_steps)
