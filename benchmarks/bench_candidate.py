@@ -82,6 +82,12 @@ def phase_compile(a) -> dict:
     return {"compile_s": time.perf_counter() - t1, "import_build_s": t_import}
 
 
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process (all threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def _tree_bytes(tree) -> int:
     import jax
     return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)))
@@ -110,18 +116,20 @@ def phase_throughput(a) -> dict:
             c = counts[step:step + a.chunk_steps]
             carry, _ = chunk(carry, jnp.asarray(c, jnp.int32))
             step += a.chunk_steps
-        times, updates = [], []
+        times, cpu, updates = [], [], []
         for i in range(1 + a.timed_chunks):
             c = counts[step:step + a.chunk_steps]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu_s()
             carry, ep = chunk(carry, jnp.asarray(c, jnp.int32))
             jax.block_until_ready(carry)
             times.append(time.perf_counter() - t0)
+            cpu.append(_cpu_s() - c0)
             updates.append(sum(c))
             step += a.chunk_steps
         t, u = sum(times[1:]), sum(updates[1:])
         out["throughput"][n_seeds] = {
             "seed_updates_per_s": n_seeds * u / t, "s_per_update_per_seed": t / (u * n_seeds),
+            "cpu_s_per_seed_update": sum(cpu[1:]) / (u * n_seeds),
             "timed_updates": u, "timed_s": t, "warmup_chunk_s": times[0]}
         print(f"  {n_seeds} seed(s): {n_seeds * u / t:.2f} seed-updates/s "
               f"({t / u:.3f} s per vmapped update)", file=sys.stderr, flush=True)
@@ -234,8 +242,9 @@ def main(argv=None) -> int:
     print(f"| compile, warm cache | {res['compile_warm']['compile_s']:.1f} s |")
     for n, t in sorted(thr.items(), key=lambda kv: int(kv[0])):
         print(f"| {n} vmapped seed(s): seed-updates/s | {t['seed_updates_per_s']:.3f} "
-              f"({t['s_per_update_per_seed']:.3f} s per seed-update; {t['timed_updates']} "
-              f"updates timed) |")
+              f"({t['s_per_update_per_seed']:.3f} s per seed-update, "
+              f"{t.get('cpu_s_per_seed_update', float('nan')):.3f} CPU s per seed-update; "
+              f"{t['timed_updates']} updates timed) |")
     print(f"| matmul FLOPs per update (HLO, loop trip counts) | {flops / 1e9:.2f} GFLOP |")
     print(f"| XLA cost_analysis flops (loop bodies once) | "
           f"{(res['xla_cost_analysis_flops'] or float('nan')) / 1e9:.2f} GFLOP |")
