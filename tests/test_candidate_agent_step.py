@@ -56,7 +56,7 @@ def make_draws(seed):
 
 @pytest.fixture(scope="module")
 def step_draws():
-    return jit(lambda s, b, d: agent.train_step(CFG, s, b, draws=d))
+    return jit(lambda s, b, d: agent.train_step(CFG, s, b, draws=d, internals=True))
 
 
 def _finite(metrics):
@@ -74,6 +74,15 @@ def test_train_step_with_draws_uses_them_and_copies_slow_critic(step_draws):
     _finite(m1)
     assert outs1["deter"].shape == (B, T, CFG.deter) and outs1["deter"].dtype == jnp.float32
     assert outs1["stoch"].shape == (B, T, CFG.stoch) and outs1["stoch"].dtype == jnp.int32
+    # internals (parity hooks)
+    assert jax.tree_util.tree_structure(outs1["grads"]) == jax.tree_util.tree_structure(state["params"])
+    assert outs1["imag_rew"].shape == (H + 1, N) and outs1["imag_val_logits"].shape == (H + 1, N, CFG.bins)
+    assert outs1["imag_rew_logits"].shape == (H, N, CFG.bins)
+    np.testing.assert_array_equal(np.asarray(outs1["imag_rew"])[0], batch["reward"][:, 1:].reshape(-1))
+    kl_dyn = np.asarray(outs1["kl_dyn"])
+    assert kl_dyn.shape == (B, T) and kl_dyn.min() >= 0
+    assert float(m1["dyn_loss"]) == pytest.approx(np.maximum(kl_dyn, CFG.free_nats).mean(), rel=1e-5)
+    np.testing.assert_allclose(outs1["kl_rep"], kl_dyn, rtol=1e-5)     # same value, other gradient
     # the posterior samples are the supplied ones
     assert np.array_equal(np.asarray(outs1["stoch"]), d1["post"].argmax(-1))
     assert np.array_equal(np.asarray(outs2["stoch"]), d2["post"].argmax(-1))
