@@ -31,9 +31,7 @@ Bins live in raw value space: ``symexp`` of a symmetric grid from -20 to 20 with
     Swapping only this formula into the other implementation reproduced the reference's
     window-1 ret/adv/val spread and ~92% of its higher early actor entropy.
 
-``log_prob`` is the reference's two-hot likelihood (jaxutils.py:255-274) for both choices;
-it is written as a gather of the two neighbouring log-probabilities, which equals the
-reference's dense one-hot sum exactly (the other terms are exact zeros).
+``log_prob`` is the reference's two-hot likelihood (jaxutils.py:255-274) for both choices.
 """
 
 from __future__ import annotations
@@ -228,9 +226,13 @@ def encode(x, b):
 
 
 def log_prob(logits, x, b):
-    """Two-hot log-likelihood f32[...] of raw targets x f32[...] under logits f32[..., n]."""
+    """Two-hot log-likelihood f32[...] of raw targets x f32[...] under logits f32[..., n]:
+    sum(target * log_softmax(logits)) with the dense two-hot target of :func:`encode`
+    (jaxutils.py:255-274).  (A gather of the two log-probabilities gives the same values,
+    but its gradient is a scatter, which was ~2x slower on XLA:CPU.)"""
     below, above, wb, wa = encode(x, b)
+    n = b.shape[0]
+    target = (jax.nn.one_hot(below, n, dtype=f32) * wb[..., None]
+              + jax.nn.one_hot(above, n, dtype=f32) * wa[..., None])
     logp = logits - jax.scipy.special.logsumexp(logits, -1, keepdims=True)
-    lb = jnp.take_along_axis(logp, below[..., None], -1)[..., 0]
-    la = jnp.take_along_axis(logp, above[..., None], -1)[..., 0]
-    return wb * lb + wa * la
+    return (target * logp).sum(-1)
