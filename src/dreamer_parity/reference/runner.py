@@ -20,7 +20,7 @@ Everything added reaches the loop through what it receives or looks up:
   the agent's; ``train`` also feeds the returned metrics to a stock ``embodied.Agg``
   (reads only); ``policy`` first runs the pending record when the step counter reached a
   multiple of ``eval_every`` (then all updates of that vector step have run: ``train_step``
-  is a driver callback after the policy call of its vector step, ``driver.py:195-206``).
+  is a driver callback after the policy call of its vector step, ``driver.py:67-78``).
 * ``make_logger`` returns a stock ``embodied.Logger`` (JSONL output only: TensorBoard
   needs tensorflow) whose ``close`` (called once after the loop, ``train.py:128``) first
   runs the last record and the flush step (PROTOCOL.md 3.2).
