@@ -73,7 +73,7 @@ from dreamer_parity import params as P, records as R
 ap = argparse.ArgumentParser(); ap.add_argument("--params"); ap.add_argument("--out")
 a = ap.parse_args(); p = P.load(a.params)
 for s in p["seeds"]:
-    out = Path(a.out) / f"s{s}"
+    out = R.run_dir(a.out, "candidate", s)
     R.write_json(out / "run.json", {"seed": s, "decode": p["decode"], "rows": p["rows"]})
     v = 0.02 if p["decode"] == "exact" else 0.07
     R.write_jsonl(out / "records.jsonl", [record("candidate", s, p["rows"], v)])
