@@ -90,3 +90,15 @@ def test_optref_first_update_is_sign_times_lr():
     # a gradient so small that 0.001 g^2 is a float32 denormal: nu flushed, update g / eps
     new, nu, mu = optref.step(np.ones(1), np.array([1e-18]), np.zeros(1), np.zeros(1), 0, 1e-3)
     assert nu[0] == 0 and (1 - new[0]) == pytest.approx(1e-3 * 1e-18 / 1e-20)
+
+
+def test_check_param_value_or_displacement():
+    init = np.array([0.0, 0.0])
+    ref = np.array([1e-3, 2e-3])      # zero-initialised biases after a few updates
+    # 2e-8 on a displacement of 1e-3 (2e-5 relative): outside the value tolerance
+    # (1e-6 * 2e-3 + 1e-5 * 1e-3 = 1.2e-8) but inside the displacement tolerance
+    # (1e-4 * 2e-3 + 1e-4 * 1e-3 = 3e-7).
+    c = compare.check_param("p", ref + np.array([2e-8, 0.0]), ref, init)
+    assert c.ok and not compare.check("p", ref + np.array([2e-8, 0.0]), ref).ok
+    c = compare.check_param("p", ref + np.array([1e-6, 0.0]), ref, init)
+    assert not c.ok and c.where == (0,)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from . import namemap
-from .compare import TOL_GRAD, TOL_MOMENT, TOL_STATE, check
+from .compare import TOL_GRAD, TOL_MOMENT, TOL_STATE, check, check_param
 
 __all__ = ["FIXTURE_DIR", "load", "candidate_config", "initial_state", "batch", "draws",
            "run_steps", "compare_step", "SKIPPED_METRICS"]
@@ -216,8 +216,9 @@ def compare_step(fx, res, step, parts=("metrics", "params", "moments", "grads", 
                                   "slow_critic": state["slow_critic"]})
     if "params" in parts:
         for name, ref in sorted(_group(fx, pre + "param/").items()):
-            checks.append(check(f"s{step} param {name}", cflat[namemap.cand_key(name)],
-                                namemap.drop_padding(name, ref), TOL_STATE))
+            checks.append(check_param(f"s{step} param {name}", cflat[namemap.cand_key(name)],
+                                      namemap.drop_padding(name, ref),
+                                      namemap.drop_padding(name, fx["init/param/" + name])))
     if "slow" in parts:
         for name, ref in sorted(_group(fx, pre + "slowcritic/").items()):
             checks.append(check(f"s{step} slow {name}", cflat[namemap.cand_key(name)],
