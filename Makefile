@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup run smoke test bench clean-venv
+.PHONY: setup venv reference-setup run smoke test bench clean-venv parity-fixtures
 
 venv: $(STAMP)
 
@@ -48,3 +48,7 @@ bench: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Regenerate tests/fixtures/parity/*.npz from the reference (about 10 min; the tests never need it).
+parity-fixtures: reference-setup
+	$(PY) -m dreamer_parity.parity.regen
