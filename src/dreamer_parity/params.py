@@ -60,7 +60,7 @@ class Field:
 
 #: Declared keys (dotted) with their type, default and meaning.
 SCHEMA: dict[str, Field] = {
-    "round": Field("str", "round1", doc="name of the round; results go to results/<round>/"),
+    "round": Field("str", "round1", doc="name of the round: its pre-registration docs/rounds/<round>.md and the report title (run outputs keep fixed paths)"),
     "decode": Field("str", "exact", ("exact", "ref"),
                     "candidate's two-hot expectation: exact mirror difference | reference pair sum"),
     "profile": Field("str", "full", ("full", "smoke"), "network widths (PROFILES)"),
