@@ -24,7 +24,7 @@ reference-setup: $(STAMP)
 
 setup: venv reference-setup
 
-# Stage commands call `python` from PATH (dvc.yaml, docs/WORKFLOWS.md): .venv/bin goes first.
+# Stage commands call `python` from PATH (dvc.yaml, README.md): .venv/bin goes first.
 DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
 
 run: setup
