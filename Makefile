@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup run smoke test bench clean-venv parity-fixtures
+.PHONY: setup venv published reference-setup run smoke test bench clean-venv parity-fixtures
 
 venv: $(STAMP)
 
@@ -22,7 +22,14 @@ $(STAMP): requirements.lock pyproject.toml
 reference-setup: $(STAMP)
 	$(PY) -m dreamer_parity.reference.setup
 
-setup: venv reference-setup
+# data/published is a frozen DVC import: take it from the DVC remote, or import it again from its
+# local source ../shared/published (machines without the remote's copy).
+published: $(STAMP)
+	@test -e data/published || $(DVC) pull -q data/published.dvc 2>/dev/null \
+	  || $(DVC) update -q data/published.dvc \
+	  || { echo "data/published: not in the DVC remote and its source ../shared/published is absent (README, 'The published study')"; exit 1; }
+
+setup: venv reference-setup published
 
 # Stage commands call `python` from PATH (dvc.yaml, README.md): .venv/bin goes first.
 DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
@@ -30,10 +37,11 @@ DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
 run: setup
 	$(DVC) repro
 
-# The smoke round as an experiment in a temporary clone (the workspace stays as it is);
-# -f replaces an earlier `smoke` experiment.  Results: dvc exp show / dvc exp apply smoke.
+# The smoke round as an experiment run in the workspace (a --temp clone cannot check out the
+# frozen data/published import); -f replaces an earlier `smoke` experiment.  Afterwards the
+# workspace holds the smoke round: `git checkout params.yaml && dvc checkout` returns to HEAD.
 smoke: setup
-	$(DVC) exp run --temp -f -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
+	$(DVC) exp run -f -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
 	$(DVC) metrics diff HEAD smoke
 
 # The suite runs without the reference too: tests that need it skip with the set-up command.

@@ -204,9 +204,12 @@ def read_lock(path=None) -> dict[str, str]:
 
 
 def _installed(python) -> dict[str, str]:
+    # Without the caller's PYTHONPATH: a DVC stage runs with PYTHONPATH=src, where the editable
+    # install's dreamer_parity.egg-info would be listed as a package of the venv.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze",
                         "--disable-pip-version-check"],
-                       capture_output=True, text=True, check=False)
+                       capture_output=True, text=True, check=False, env=env)
     if r.returncode != 0:
         raise SetupError(f"cannot list the packages of {python} ({r.stderr.strip()[-200:]})")
     out = {}
