@@ -68,6 +68,51 @@ def test_twohot_encode_weights():
 
 
 @pytest.mark.parametrize("decode", ["exact", "ref"])
+def test_twohot_encode_indices_equal_the_reference_comparison_counts(decode):
+    """The binary search gives the reference's indices (#(b <= x) - 1, n - #(b > x),
+    clipped) on every bin value, its float32 neighbours, the range ends and NaN."""
+    b = np.asarray(jax.jit(lambda: twohot.bins(255, decode))())
+    n = len(b)
+    x = np.concatenate([b, np.nextafter(b, np.float32(np.inf)), np.nextafter(b, np.float32(-np.inf)),
+                        np.random.default_rng(3).normal(size=200).astype(np.float32) * 50,
+                        [0.0, -0.0, 1e30, -1e30, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    below, above, wb, wa = [np.asarray(v) for v in jax.jit(twohot.encode)(x, jnp.asarray(b))]
+    # the reference's n-wide comparison, under jit as well (XLA:CPU treats denormals as 0)
+    want_below, want_above = [np.asarray(v) for v in jax.jit(lambda x, b: (
+        jnp.clip((b[None] <= x[:, None]).sum(-1) - 1, 0, n - 1),
+        jnp.clip(n - (b[None] > x[:, None]).sum(-1), 0, n - 1)))(x, jnp.asarray(b))]
+    np.testing.assert_array_equal(below, want_below)
+    np.testing.assert_array_equal(above, want_above)
+    assert below[-1] == 0 and above[-1] == n - 1          # NaN: the reference's indices
+
+
+def test_twohot_log_prob_pair_equals_two_likelihoods():
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(40, 255)).astype(np.float32) * 2
+    x1 = (rng.normal(size=40) * 30).astype(np.float32)
+    x2 = (rng.normal(size=40) * 3).astype(np.float32)
+    b = twohot.bins_exact(255)
+    got = jax.jit(lambda l, a, c: twohot.log_prob_pair(l, a, c, 1.0, b))(logits, x1, x2)
+    want = _ref_logprob_dense(logits, x1, np.asarray(b)) + _ref_logprob_dense(logits, x2, np.asarray(b))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got, _ref_logprob_dense(logits, x1, np.asarray(b)), rtol=1e-3)
+
+
+def test_heads_first_layers_equal_separate_layers():
+    from dreamer_parity.candidate import heads
+    cfg = AgentConfig.for_profile("smoke")
+    p = heads.init_params(jax.random.PRNGKey(0), cfg)
+    rng = np.random.default_rng(5)
+    deter = rng.normal(size=(3, 7, cfg.deter)).astype(np.float32)
+    stoch = rng.normal(size=(3, 7, cfg.stoch * cfg.classes)).astype(np.float32)
+    layers = [p["rew"]["h0"], p["con"]["h0"], p["critic"]["h0"]]
+    layers[1] = {**layers[1], "scale": layers[1]["scale"] * 1.5, "bias": layers[1]["bias"] + 0.3}
+    got = heads.first_layers(layers, deter, stoch)
+    for g, layer in zip(got, layers):
+        np.testing.assert_allclose(g, nets.feat_dense(layer, deter, stoch), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("decode", ["exact", "ref"])
 def test_twohot_log_prob_matches_reference_formula(decode):
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(64, 255)).astype(np.float32) * 3

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import dists, heads, optim, rssm, twohot
 from .config import LOSS_TERMS, AgentConfig
-from .nets import symlog
+from .nets import feat_dense, symlog
 
 __all__ = ["XLA_CPU_OPTIONS", "AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
            "init_params", "lambda_return", "replay_return", "retnorm_update", "kl_losses"]
@@ -268,35 +268,46 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     losses["dyn"], losses["rep"] = kl_losses(post, prior, cfg.free_nats)
 
     # Imagination from every posterior state (agent.py:251-282); no gradient flows here.
+    # The 15 steps are unrolled (a rolled loop made XLA:CPU zero-fill the stacked outputs
+    # and copy them again to prepend the start state) and stacked once.
     sp = sg(params)
     s_deter = sg(deter).reshape(N, D)
     s_stoch = sg(stoch).reshape(N, S, K)
     a0 = _onehot_draw(heads.actor_logits(sp["actor"], cfg, s_deter, _flat(s_stoch)),
                       noise["imag_action"][0])
-
-    def img_step(carry, xs):
-        d, s, a = carry
-        nz_s, nz_a = xs
+    traj = [(s_deter, s_stoch, a0)]
+    for h in range(H):
+        d, s, a = traj[-1]
         d = rssm.gru(sp["dyn"], cfg, d, s, a)
-        s = _onehot_draw(rssm.prior_logits(sp["dyn"], cfg, d), nz_s)
-        a = _onehot_draw(heads.actor_logits(sp["actor"], cfg, d, _flat(s)), nz_a)
-        return (d, s, a), (d, s, a)
+        s = _onehot_draw(rssm.prior_logits(sp["dyn"], cfg, d), noise["imag_stoch"][h])
+        a = _onehot_draw(heads.actor_logits(sp["actor"], cfg, d, _flat(s)),
+                         noise["imag_action"][h + 1])
+        traj.append((d, s, a))
+    t_deter = jnp.stack([t[0] for t in traj], 0)                        # (H+1,N,D)
+    t_stoch = _flat(jnp.stack([t[1] for t in traj], 0))                 # (H+1,N,S*K)
+    acts = jnp.stack([t[2] for t in traj], 0)                           # (H+1,N,A)
 
-    _, (i_deter, i_stoch, i_act) = jax.lax.scan(
-        img_step, (s_deter, s_stoch, a0), (noise["imag_stoch"], noise["imag_action"][1:]))
-    t_deter = jnp.concatenate([s_deter[None], i_deter], 0)             # (H+1,N,D)
-    t_stoch = _flat(jnp.concatenate([s_stoch[None], i_stoch], 0))       # (H+1,N,S*K)
-    acts = jnp.concatenate([a0[None], i_act], 0)                        # (H+1,N,A)
-
-    # Annotate (agent.py:284-301).
+    # Annotate (agent.py:284-301).  Every head reads the whole trajectory (H+1 rows) and the
+    # rows a head needs are sliced from its first hidden layer (64 wide) rather than from
+    # the 512-wide input; the first layers of the heads without gradient (reward, continue,
+    # slow critic) are one matmul.  (Fusing the actor's and the critic's first layers too
+    # made XLA:CPU build their joint gradient through a transposing copy 20x slower than
+    # the two separate ones.)
     mean = lambda logits: twohot.mean(logits, bins, cfg.decode)
-    rew_logits = heads.rew_logits(sp["rew"], cfg, t_deter[1:], t_stoch[1:])      # (H,N,bins)
+    h_rew, h_con, h_slow = heads.first_layers(
+        [sp["rew"]["h0"], sp["con"]["h0"], slow["h0"]], t_deter, t_stoch)
+    h_actor = feat_dense(params["actor"]["h0"], t_deter, t_stoch)
+    h_critic = feat_dense(params["critic"]["h0"], t_deter, t_stoch)
+    rew_logits = heads.out_logits(sp["rew"], heads.hidden_rest(
+        sp["rew"], h_rew[1:], cfg.rew_layers))                          # (H,N,bins)
     rew = jnp.concatenate([reward.reshape(1, N), mean(rew_logits)], 0)
-    con = jnp.concatenate([cont.reshape(1, N), jax.nn.sigmoid(
-        heads.con_logit(sp["con"], cfg, t_deter[1:], t_stoch[1:]))], 0)
-    critic_l = heads.critic_logits(params["critic"], cfg, t_deter, t_stoch)   # (H+1,N,bins)
+    con = jnp.concatenate([cont.reshape(1, N), jax.nn.sigmoid(heads.out_logits(
+        sp["con"], heads.hidden_rest(sp["con"], h_con[1:], cfg.con_layers))[..., 0])], 0)
+    critic_l = heads.out_logits(params["critic"], heads.hidden_rest(
+        params["critic"], h_critic, cfg.critic_layers))                 # (H+1,N,bins)
     val = sg(mean(critic_l))
-    slowval = mean(heads.critic_logits(slow, cfg, t_deter[:H], t_stoch[:H]))
+    slowval = mean(heads.out_logits(slow, heads.hidden_rest(
+        slow, h_slow[:H], cfg.critic_layers)))
     weight = jnp.cumprod(con, 0)
     ret = lambda_return(rew, con, val, lam)                            # (H,N)
 
@@ -305,24 +316,23 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
 
     # Actor (agent.py:312-321).
     adv = (ret - val[:H]) / rscale
-    actor_l = heads.actor_logits(params["actor"], cfg, t_deter[:H], t_stoch[:H])
+    actor_l = dists.unimix_logits(heads.out_logits(params["actor"], heads.hidden_rest(
+        params["actor"], h_actor[:H], cfg.actor_layers)), cfg.unimix)
     logpi = dists.onehot_log_prob(actor_l, acts[:H])
     ent = dists.entropy(actor_l)
     losses["actor"] = sg(weight[:H]) * -(logpi * sg(adv) + cfg.actent * ent)
 
     # Critic (agent.py:323-329).
-    losses["critic"] = sg(weight[:H]) * -(
-        twohot.log_prob(critic_l[:H], sg(ret), bins)
-        + cfg.slowreg * twohot.log_prob(critic_l[:H], sg(slowval), bins))
+    losses["critic"] = sg(weight[:H]) * -twohot.log_prob_pair(
+        critic_l[:H], sg(ret), sg(slowval), cfg.slowreg, bins)
 
     # Replay critic (agent.py:331-352): gradient into the world model.
     rc_l = heads.critic_logits(params["critic"], cfg, deter, stoch_flat)      # (B,T,bins)
     rc_slow = sg(mean(heads.critic_logits(slow, cfg, sg(deter), sg(stoch_flat))))
     boot = sg(ret[0].reshape(B, T))
     replay_ret = sg(replay_return(reward, is_terminal, is_last, boot, cfg))  # (B,T-1)
-    losses["replay_critic"] = sg(1 - is_last.astype(f32))[:, :-1] * -(
-        twohot.log_prob(rc_l[:, :-1], replay_ret, bins)
-        + cfg.slowreg * twohot.log_prob(rc_l[:, :-1], rc_slow[:, :-1], bins))
+    losses["replay_critic"] = sg(1 - is_last.astype(f32))[:, :-1] * -twohot.log_prob_pair(
+        rc_l[:, :-1], replay_ret, rc_slow[:, :-1], cfg.slowreg, bins)
 
     # Metrics (agent.py:354-390), means of the unscaled loss tensors.
     m = {}

@@ -11,10 +11,12 @@ from __future__ import annotations
 import jax
 
 from . import dists
-from .nets import dense, linear_params, mlp_hidden, mlp_params, symlog
+import jax.numpy as jnp
+
+from .nets import dense, linear_params, mlp_hidden, mlp_params, rms_norm, symlog
 
 __all__ = ["init_params", "encode", "decode", "rew_logits", "con_logit", "actor_logits",
-           "critic_logits"]
+           "critic_logits", "first_layers", "hidden_rest", "out_logits"]
 
 
 def init_params(key, cfg):
@@ -77,3 +79,37 @@ def actor_logits(p, cfg, deter, stoch_flat):
 def critic_logits(p, cfg, deter, stoch_flat):
     """Critic two-hot logits f32[..., bins]."""
     return dense(p["out"], mlp_hidden(p, deter, stoch_flat, cfg.critic_layers), act=False)
+
+
+def first_layers(ps, deter, stoch_flat):
+    """The first (Linear, RMSNorm, SiLU) layers of several heads on the same feat, as one
+    matmul with the heads' kernels side by side.
+
+    ps: list of k layer dicts (kernel f32[D + S*K, u], bias f32[u], scale f32[u]), all with
+    the same width u; deter f32[..., D], stoch_flat f32[..., S*K].
+    Returns a list of k arrays f32[..., u], equal to ``feat_dense(p, deter, stoch_flat)``
+    for each p up to float32 rounding (one wider product; each column's dot product is
+    the same sum).  The gradient flows into every kernel, bias and scale of ``ps``.
+    """
+    d = deter.shape[-1]
+    u = ps[0]["kernel"].shape[1]
+    kernel = jnp.concatenate([p["kernel"] for p in ps], 1)
+    bias = jnp.concatenate([p["bias"] for p in ps], 0)
+    scale = jnp.stack([p["scale"] for p in ps], 0)                      # (k, u)
+    y = deter @ kernel[:d] + stoch_flat @ kernel[d:] + bias
+    y = y.reshape(y.shape[:-1] + (len(ps), u))
+    y = jax.nn.silu(rms_norm(y, scale))
+    return [y[..., i, :] for i in range(len(ps))]
+
+
+def hidden_rest(p, x, layers: int):
+    """Hidden layers h1..h{layers-1} of an MLP head applied to the first layer's output x."""
+    for i in range(1, layers):
+        x = dense(p[f"h{i}"], x)
+    return x
+
+
+def out_logits(p, x):
+    """The output layer ``out`` (Linear, no norm, no activation) of a head on its last
+    hidden x f32[..., u]."""
+    return dense(p["out"], x, act=False)
