@@ -167,7 +167,7 @@ def test_parity_fails_under_injected_bug(fx_a, bug, monkeypatch):
         import optax
         from dreamer_parity.candidate import optim
         monkeypatch.setattr(optim, "scale_by_agc", lambda *a, **k: optax.identity())
-    res = harness.run_steps(fx_a, cfg, steps=2)
+    res = harness.run_steps(fx_a, cfg, steps=2, compiler_options=harness.FAST_COMPILE)
     checks = [c for k in range(2) for c in harness.compare_step(fx_a, res[k], k)]
     bad = [c for c in checks if not c.ok]
     print(f"\n== injected bug {bug}: {len(bad)} of {len(checks)} checks fail; first ones:")
