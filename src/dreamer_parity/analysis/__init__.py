@@ -11,5 +11,7 @@ Modules (one job each):
 ``plots``        the PNG figures (matplotlib, Agg)
 ``report``       ``results/report.md``
 ``compare``      :func:`compare.analyse` and the CLI of the DVC stage
+``learning_check`` the round-1 candidate at full size against the published references
+                 (the gate against pair E's reference; the DVC stage ``learning_check``)
 ``synthetic``    consistent synthetic runs for tests and the benchmark
 """
