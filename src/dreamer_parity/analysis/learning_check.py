@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import sys
 from pathlib import Path
 
@@ -86,7 +85,7 @@ from dreamer_parity import records
 from dreamer_parity.analysis import published, stats
 from dreamer_parity.analysis.load import (AnalysisError, Run, check_eval_rows, display_path,
                                           load_side)
-from dreamer_parity.analysis.metrics_out import atomic_text, missing_reasons
+from dreamer_parity.analysis.metrics_out import _num, atomic_text, missing_reasons
 
 __all__ = ["analyse", "applicability", "candidate_entropy", "seed_range", "ranges_overlap",
            "reference_side", "flat_metrics", "metric_keys", "plot_frame", "write_outputs",
@@ -275,18 +274,6 @@ def metric_keys() -> list[str]:
     keys += ["gate.mean_S1_bar", "gate.welch_p_min", "gate.mean_S1_ok", "gate.welch_p_ok",
              "gate.entropy_overlap_ok", "gate_pass"]
     return keys
-
-
-def _num(x):
-    """A finite float, an int, a bool or None (never NaN/Infinity)."""
-    if x is None:
-        return None
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def flat_metrics(result: dict) -> dict:
