@@ -244,7 +244,7 @@ def test_malformed_published_files_exit_2_naming_file_and_line(tmp_path, pub, ca
     ev.write_text(ev.read_text()[:-30])
     assert _cli(tmp_path, cand, copy)[0] == 2
     err = capsys.readouterr().err
-    assert "round2/ref_s1/evals.jsonl:10: truncated line" in err
+    assert "ref_s1/evals.jsonl:10: truncated line" in err
     _nothing_written(tmp_path)
     shutil.copy2(pub / "round2" / "ref_s1" / "evals.jsonl", ev)
     md = copy / "round2" / "pairE" / "compare.md"
