@@ -8,9 +8,11 @@ Usage (main venv)::
 
 Measures in one run:
 
-1. compile seconds of the run's three programs (init, chunk, evaluation point; lowering
-   included) for the largest seed count, in a fresh process with an empty (**cold**) JAX
-   persistent compilation cache, then in a second fresh process with that cache **warm**;
+1. compile seconds of the run's three programs (init, chunk, evaluation point) for the
+   largest seed count, obtained as the run obtains them (the exported-program store of
+   ``candidate/program_store.py``, then lower + XLA compile), in a fresh process with an
+   empty (**cold**) JAX persistent compilation cache and program store, then in a second
+   fresh process with both **warm**; importing jax and the package is reported apart;
 2. seed-updates per second of the real loop program (``loop.build``; replay sized for
    ``--rows`` rows) with 1 and 3 vmapped seeds: the 65 vector steps up to the gate row
    1040 are run first, then one warm-up chunk of ``--chunk-steps`` vector steps (8 updates
@@ -51,6 +53,8 @@ def _setup_env(cache: str | None):
     if cache:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
         os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        # the run's exported-program store lives with this cache: cold means both are empty
+        os.environ["DREAMER_PARITY_PROGRAMS"] = str(Path(cache) / "programs")
 
 
 def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10):
@@ -69,17 +73,32 @@ def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10):
 
 
 def phase_compile(a) -> dict:
-    """Compile the three programs of a run with ``max(seeds)`` seeds; seconds."""
+    """Get the three programs of a run with ``max(seeds)`` seeds ready as the run does
+    (:func:`program_store.load_or_build`, then lower + compile each); seconds."""
     t0 = time.perf_counter()
-    jax, jnp, agent, loop, cfg, progs, stacked = _programs(
-        a.profile, max(a.seeds), a.rows, a.chunk_steps)
+    import jax
+    import jax.numpy as jnp
+
+    from dreamer_parity.candidate import agent, loop, program_store
+    from dreamer_parity.candidate.config import AgentConfig
+    from dreamer_parity.candidate.run import config_dict
+
+    cfg = AgentConfig.for_profile(a.profile)
+    keys = [loop.seed_keys(s) for s in range(max(a.seeds))]
+    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+    jax.block_until_ready(stacked)
     t_import = time.perf_counter() - t0
     t1 = time.perf_counter()
+    progs, shape, info = program_store.load_or_build(
+        agent, cfg, config_dict(cfg), capacity=a.rows // NUM_ENVS, chunk_steps=a.chunk_steps,
+        eval_episodes=10, example_keys=stacked)
+    t2 = time.perf_counter()
     progs.init.lower(stacked).compile()
-    shape = jax.eval_shape(progs.init, stacked)
     progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
     progs.point.lower(shape).compile()
-    return {"compile_s": time.perf_counter() - t1, "import_build_s": t_import}
+    t3 = time.perf_counter()
+    return {"compile_s": t3 - t1, "programs_s": t2 - t1, "programs_source": info["source"],
+            "xla_s": t3 - t2, "import_s": t_import}
 
 
 def _cpu_s() -> float:
@@ -239,10 +258,13 @@ def main(argv=None) -> int:
     flops = res.get("flops_per_update", float("nan"))
     print(f"\n| candidate, profile {a.profile} ({res.get('param_count', 0):,} parameters) | value |")
     print("|---|---|")
-    if "compile_cold" in res:
-        print(f"| compile (init + chunk + point, {max(a.seeds)} seeds), cold cache | "
-              f"{res['compile_cold']['compile_s']:.1f} s |")
-    print(f"| compile, warm cache | {res['compile_warm']['compile_s']:.1f} s |")
+    for name, label in (("compile_cold", "cold caches"), ("compile_warm", "warm caches")):
+        if name in res:
+            c = res[name]
+            print(f"| compile (init + chunk + point, {max(a.seeds)} seeds), {label} | "
+                  f"{c['compile_s']:.1f} s (programs {c['programs_source']} "
+                  f"{c['programs_s']:.1f} s + XLA {c['xla_s']:.1f} s; import {c['import_s']:.1f} s "
+                  f"before) |")
     for n, t in sorted(thr.items(), key=lambda kv: int(kv[0])):
         print(f"| {n} vmapped seed(s): seed-updates/s | {t['seed_updates_per_s']:.3f} "
               f"({t['s_per_update_per_seed']:.3f} s per seed-update, "

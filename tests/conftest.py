@@ -9,6 +9,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dreamer-parity" / "jaxcache-main"
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_cache))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# the candidate's exported-program store (candidate/program_store.py), apart from the user's
+os.environ.setdefault("DREAMER_PARITY_PROGRAMS", str(_cache.parent / "programs-tests"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -24,6 +24,7 @@ fixed, so nothing recompiles between chunks.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,7 +36,8 @@ from . import env as envlib
 from . import evaluate as evallib
 from . import replay as replaylib
 
-__all__ = ["Programs", "build", "update_step", "compiler_options", "seed_keys", "metric_shapes", "is_loss_metric", "field"]
+__all__ = ["Programs", "build", "update_step", "compiler_options", "seed_keys", "metric_shapes",
+           "train_step_fn", "seed_programs", "is_loss_metric", "field"]
 
 EVAL_KEY_SALT = 7_000_001   # the protocol's evaluation entropy constant (PROTOCOL.md 4.2)
 
@@ -67,6 +69,19 @@ def _dummy_batch(cfg, s: Schedule):
     }
 
 
+@functools.lru_cache(maxsize=None)
+def train_step_fn(agent, cfg) -> Callable:
+    """``agent.train_step`` with ``cfg`` bound, under one ``jax.jit`` (memoised per agent
+    module and config).
+
+    :func:`metric_shapes` and the chunk program both call this object, so jax traces the
+    train step once per process and shape (jit's trace cache) instead of twice; inside the
+    chunk it is a nested jit, which XLA inlines, so the compiled program does not change.
+    Call as ``fn(state, batch, key=...)`` (the loop passes nothing else).
+    """
+    return jax.jit(functools.partial(agent.train_step, cfg))
+
+
 def metric_shapes(agent, cfg, s: Schedule = Schedule()) -> dict:
     """The train metrics' names (sorted) -> ShapeDtypeStruct, from ``jax.eval_shape``.
 
@@ -74,7 +89,7 @@ def metric_shapes(agent, cfg, s: Schedule = Schedule()) -> dict:
     """
     def f(key):
         state = agent.init(key, cfg)
-        _, _, metrics = agent.train_step(cfg, state, _dummy_batch(cfg, s), key=key)
+        _, _, metrics = train_step_fn(agent, cfg)(state, _dummy_batch(cfg, s), key=key)
         return metrics
     shapes = jax.eval_shape(f, jax.random.PRNGKey(0))
     bad = [k for k, v in shapes.items() if v.shape != ()]
@@ -140,7 +155,7 @@ def update_step(agent, cfg, s: Schedule, state, replay, n, key):
     k_s, k_t = jax.random.split(key)
     replay, worker, start, _ = replaylib.sample_starts(replay, n, k_s, s.batch_size)
     batch = replaylib.gather(replay, worker, start)
-    state, outs, metrics = agent.train_step(cfg, state, batch, key=k_t)
+    state, outs, metrics = train_step_fn(agent, cfg)(state, batch, key=k_t)
     replay = replaylib.write_back(replay, worker, start, outs)
     return state, replay, metrics
 
@@ -234,6 +249,29 @@ def compiler_options(agent) -> dict | None:
     return dict(opts) if opts and jax.default_backend() == "cpu" else None
 
 
+def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
+                  s: Schedule = Schedule()) -> tuple[dict, tuple]:
+    """The seed-vmapped functions of a run, not yet jitted, and the metric names.
+
+    Returns ``({"init": f, "chunk": f, "point": f}, metric_names)``; the arguments are
+    those of :func:`build`, which jits them.  :mod:`.program_store` exports them instead.
+    """
+    names = tuple(metric_shapes(agent, cfg, s))
+
+    def init_seed(keys):
+        return _init_seed(agent, cfg, s, capacity, names, keys)
+
+    def chunk_seed(carry, counts):
+        return jax.lax.scan(lambda c, n: _vector_step(agent, cfg, s, c, n), carry, counts)
+
+    def point_seed(carry):
+        return _point(agent, cfg, eval_episodes, carry)
+
+    fns = {"init": jax.vmap(init_seed), "chunk": jax.vmap(chunk_seed, in_axes=(0, None)),
+           "point": jax.vmap(point_seed)}
+    return fns, names
+
+
 def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
           s: Schedule = Schedule()) -> Programs:
     """Build the jitted, seed-vmapped programs of a run.
@@ -251,21 +289,10 @@ def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
       :class:`Programs`.  ``chunk`` and ``point`` donate the carry and are compiled with
       :func:`compiler_options`.
     """
-    names = tuple(metric_shapes(agent, cfg, s))
-
-    def init_seed(keys):
-        return _init_seed(agent, cfg, s, capacity, names, keys)
-
-    def chunk_seed(carry, counts):
-        return jax.lax.scan(lambda c, n: _vector_step(agent, cfg, s, c, n), carry, counts)
-
-    def point_seed(carry):
-        return _point(agent, cfg, eval_episodes, carry)
-
+    fns, names = seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s)
     opts = compiler_options(agent)
     return Programs(
-        init=jax.jit(jax.vmap(init_seed)),
-        chunk=jax.jit(jax.vmap(chunk_seed, in_axes=(0, None)), donate_argnums=0,
-                      compiler_options=opts),
-        point=jax.jit(jax.vmap(point_seed), donate_argnums=0, compiler_options=opts),
+        init=jax.jit(fns["init"]),
+        chunk=jax.jit(fns["chunk"], donate_argnums=0, compiler_options=opts),
+        point=jax.jit(fns["point"], donate_argnums=0, compiler_options=opts),
         metric_names=names, capacity=capacity, chunk_steps=chunk_steps)

@@ -155,7 +155,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     from ..schedule import Schedule, per_vector_step
     from . import checkpoint as ckptlib
     from . import loop as looplib
-    from . import recording
+    from . import program_store, recording
 
     sched = Schedule()
     seeds = list(params["seeds"])
@@ -181,14 +181,15 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
         if stale.exists():
             stale.unlink()
 
-    progs = looplib.build(agent, cfg, capacity=total_steps, chunk_steps=chunk_steps,
-                          eval_episodes=params["eval_episodes"], s=sched)
     keys = [looplib.seed_keys(s) for s in seeds]
     stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
 
     t0 = time.perf_counter()
+    program_store.use_compilation_cache()
+    progs, carry_shape, _ = program_store.load_or_build(
+        agent, cfg, cfg_dict, capacity=total_steps, chunk_steps=chunk_steps,
+        eval_episodes=params["eval_episodes"], example_keys=stacked, s=sched, log=_log)
     init_c = progs.init.lower(stacked).compile()
-    carry_shape = jax.eval_shape(progs.init, stacked)
     counts0 = jnp.zeros((chunk_steps,), jnp.int32)
     chunk_c = progs.chunk.lower(carry_shape, counts0).compile()
     point_c = progs.point.lower(carry_shape).compile()

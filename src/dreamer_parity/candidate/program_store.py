@@ -1,0 +1,251 @@
+"""The run's three programs, exported once and reloaded: a warm start does not trace again.
+
+Tracing the agent and lowering the chunk program (the train step inside a scan of vector
+steps, vmapped over seeds) costs about 10 s of Python at the full profile on the 2-core
+machine, more than loading its compiled executable from JAX's persistent compilation cache
+(about 4 s).  :func:`load_or_build` therefore exports ``init``, ``chunk`` and ``point``
+with :mod:`jax.export` (serialised StableHLO) the first time, keeps them under
+``<root>/<key>/`` and later deserialises them.  Wrapped in ``jax.jit`` with the loop's
+donation and compiler options they lower in well under a second, and their XLA compile is
+a hit in the persistent compilation cache when that cache is warm.
+
+Both paths execute the *deserialised* program (a fresh export is serialised and read back
+before use), so a run computes the same numbers whether its programs came from the store or
+were just built.
+
+The key hashes everything the programs depend on: the package's code
+(:func:`.checkpoint.code_hash`, plus the agent's file when it lies outside the package),
+the agent module's name, the agent config, the loop's static settings (replay capacity,
+vector steps per chunk, evaluation episodes, number of seeds, the replay/ratio schedule),
+jax and jaxlib versions, the backend and the compiler options.  An entry is a directory
+with ``init.bin``, ``chunk.bin``, ``point.bin`` (``Exported.serialize`` of each program
+with its pytree arguments and results flattened to leaves), ``trees.pkl`` (the pickled
+``PyTreeDef`` of each program's arguments and results: the carry holds optax states and
+gymnax env states, which ``jax.export`` cannot serialise itself) and ``meta.json`` (format,
+metric names); it is written into a temporary directory and renamed into place, so a
+half-written entry is never read.  An entry that fails to load is rebuilt (and replaced).
+The store is a per-user cache: only this code writes it, so unpickling its trees is safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jaxlib
+from jax import export
+
+from ..schedule import Schedule
+from . import checkpoint as ckptlib
+from . import loop as looplib
+
+__all__ = ["default_root", "program_key", "load_or_build", "use_compilation_cache",
+           "ProgramStoreError", "PROGRAMS"]
+
+#: The programs of a run, in the order they are stored.
+PROGRAMS = ("init", "chunk", "point")
+_META = "meta.json"
+_TREES = "trees.pkl"
+_FORMAT = 1
+
+
+class ProgramStoreError(RuntimeError):
+    """A store entry exists but cannot be used (unreadable, or written by other code)."""
+
+
+def default_root() -> Path:
+    """``$DREAMER_PARITY_PROGRAMS`` if set, else
+    ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-programs`` (per user, outside the
+    repository; never a DVC output)."""
+    env = os.environ.get("DREAMER_PARITY_PROGRAMS")
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "dreamer-parity" / "candidate-programs"
+
+
+def use_compilation_cache() -> str:
+    """Turn on JAX's persistent compilation cache unless it is configured already.
+
+    Leaves ``$JAX_COMPILATION_CACHE_DIR`` (or an explicit ``jax_compilation_cache_dir``)
+    alone; otherwise uses ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/jaxcache``.  Returns
+    the directory in use.
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    path = str(Path(cache) / "dreamer-parity" / "jaxcache")
+    jax.config.update("jax_compilation_cache_dir", path)
+    return path
+
+
+def program_key(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_episodes: int,
+                n_seeds: int, s: Schedule, compiler_options: dict | None) -> str:
+    """16 hex digits identifying the programs (see the module docstring)."""
+    agent_file = getattr(agent, "__file__", None)
+    blob = json.dumps({
+        "format": _FORMAT,
+        "code": ckptlib.code_hash(extra_files=[agent_file] if agent_file else []),
+        "agent": getattr(agent, "__name__", str(agent)), "agent_config": cfg_dict,
+        "capacity": capacity, "chunk_steps": chunk_steps, "eval_episodes": eval_episodes,
+        "seeds": n_seeds, "schedule": dataclasses.asdict(s),
+        "jax": jax.__version__, "jaxlib": jaxlib.__version__, "backend": jax.default_backend(),
+        "compiler_options": compiler_options or {},
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _flat(fn, in_tree, out_trees: dict, name: str):
+    """``fn`` taking and returning leaves; records its result tree in ``out_trees[name]``."""
+    def f(*leaves):
+        out = fn(*jax.tree.unflatten(in_tree, leaves))
+        out_leaves, out_trees[name] = jax.tree.flatten(out)
+        return out_leaves
+    return f
+
+
+def _tree_call(exported, in_tree, out_tree, name: str):
+    """A function of the program's pytree arguments calling the flat exported program."""
+    def f(*args):
+        leaves, tree = jax.tree.flatten(args)
+        if tree != in_tree:
+            raise ValueError(f"program {name}: arguments {tree} do not match the stored "
+                             f"{in_tree}")
+        return jax.tree.unflatten(out_tree, exported.call(*leaves))
+    return f
+
+
+def _wrap(exported: dict, trees: dict, opts) -> dict:
+    call = {p: _tree_call(exported[p], *trees[p], p) for p in PROGRAMS}
+    return {"init": jax.jit(call["init"]),
+            "chunk": jax.jit(call["chunk"], donate_argnums=0, compiler_options=opts),
+            "point": jax.jit(call["point"], donate_argnums=0, compiler_options=opts)}
+
+
+def _load(entry: Path) -> tuple[dict, dict, dict]:
+    try:
+        meta = json.loads((entry / _META).read_text())
+        if meta.get("format") != _FORMAT:
+            raise ProgramStoreError(f"{entry.name}/{_META}: format {meta.get('format')}, "
+                                    f"expected {_FORMAT}")
+        trees = pickle.loads((entry / _TREES).read_bytes())
+        exported = {p: export.deserialize(bytearray((entry / f"{p}.bin").read_bytes()))
+                    for p in PROGRAMS}
+    except ProgramStoreError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any unreadable entry is rebuilt
+        raise ProgramStoreError(f"{entry.name}: {type(e).__name__}: {e}") from e
+    return exported, trees, meta
+
+
+def _shapes(tree, avals):
+    return jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
+
+
+def _export(agent, cfg, capacity, chunk_steps, eval_episodes, s, example_keys):
+    fns, names = looplib.seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s)
+    out_trees: dict = {}
+    exported, trees = {}, {}
+
+    def run_export(name, args):
+        leaves, in_tree = jax.tree.flatten(args)
+        exported[name] = export.export(jax.jit(_flat(fns[name], in_tree, out_trees, name)))(
+            *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
+        trees[name] = (in_tree, out_trees[name])
+
+    run_export("init", (example_keys,))
+    carry = _shapes(trees["init"][1], exported["init"].out_avals)
+    run_export("chunk", (carry, jax.ShapeDtypeStruct((chunk_steps,), jax.numpy.int32)))
+    run_export("point", (carry,))
+    meta = {"format": _FORMAT, "metric_names": list(names)}
+    return exported, trees, meta
+
+
+def _save(root: Path, key: str, exported: dict, trees: dict, meta: dict) -> dict:
+    """Serialise into a temporary directory, rename it to ``root/key``; returns the
+    serialised bytes per program."""
+    root.mkdir(parents=True, exist_ok=True)
+    blobs = {p: bytes(exported[p].serialize()) for p in PROGRAMS}
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    try:
+        for p in PROGRAMS:
+            (tmp / f"{p}.bin").write_bytes(blobs[p])
+        (tmp / _TREES).write_bytes(pickle.dumps(trees))
+        (tmp / _META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+        dest = root / key
+        if dest.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+        try:
+            os.replace(tmp, dest)
+        except OSError:   # another process put the same entry in place first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return blobs
+
+
+def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
+                  eval_episodes: int, example_keys: dict, s: Schedule = Schedule(),
+                  root: Path | None = None, log=None):
+    """The run's jitted programs, from the store when it holds them, else exported now.
+
+    Args:
+      agent, cfg: the agent module and its config (:func:`.loop.build`).
+      cfg_dict: the config as a JSON-able dict (part of the key).
+      capacity, chunk_steps, eval_episodes, s: as :func:`.loop.build`.
+      example_keys: the stacked seed keys ``{name: uint32[seeds, 2]}`` (or their
+        ShapeDtypeStructs) the ``init`` program takes; their leading size is the seed count.
+      root: store directory (default :func:`default_root`).
+      log: optional ``callable(str)`` for one line saying where the programs came from.
+
+    Returns:
+      ``(programs, carry_shape, info)``: a :class:`.loop.Programs` whose ``init``, ``chunk``
+      and ``point`` are ``jax.jit`` wrappers of the deserialised programs (``chunk`` and
+      ``point`` donate the carry and carry :func:`.loop.compiler_options`); the carry's
+      pytree of ``jax.ShapeDtypeStruct``; and ``{"key", "source": "store" | "built",
+      "seconds"}`` (seconds to load or to trace, export and store).
+
+    Raises:
+      Whatever tracing the agent raises; an unusable store entry is rebuilt, not raised.
+    """
+    t0 = time.perf_counter()
+    root = Path(root) if root is not None else default_root()
+    n_seeds = int(jax.tree.leaves(example_keys)[0].shape[0])
+    opts = looplib.compiler_options(agent)
+    key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s, opts)
+    entry = root / key
+    exported = trees = meta = None
+    source = "built"
+    if entry.is_dir():
+        try:
+            exported, trees, meta = _load(entry)
+            source = "store"
+        except ProgramStoreError as e:
+            if log:
+                log(f"program store entry unusable, rebuilding: {e}")
+    if exported is None:
+        exported, trees, meta = _export(agent, cfg, capacity, chunk_steps, eval_episodes, s,
+                                        example_keys)
+        blobs = _save(root, key, exported, trees, meta)
+        # Run what a later start will load: the serialised programs, read back.
+        exported = {p: export.deserialize(bytearray(blobs[p])) for p in PROGRAMS}
+    fns = _wrap(exported, trees, opts)
+    progs = looplib.Programs(init=fns["init"], chunk=fns["chunk"], point=fns["point"],
+                             metric_names=tuple(meta["metric_names"]), capacity=capacity,
+                             chunk_steps=chunk_steps)
+    carry_shape = _shapes(trees["init"][1], exported["init"].out_avals)
+    seconds = time.perf_counter() - t0
+    if log:
+        log(f"programs {'loaded from the store' if source == 'store' else 'traced and stored'}"
+            f" in {seconds:.1f} s (program key {key})")
+    return progs, carry_shape, {"key": key, "source": source, "seconds": seconds}
