@@ -1,7 +1,7 @@
 """The run's three programs, exported once and reloaded: a warm start does not trace again.
 
 Tracing the agent and lowering the chunk program (the train step inside a scan of vector
-steps, vmapped over seeds) costs about 10 s of Python at the full profile on the 2-core
+steps, vmapped over seeds) costs 12-16 s of Python at the full profile on the 2-core
 machine, more than loading its compiled executable from JAX's persistent compilation cache
 (about 4 s).  :func:`load_or_build` therefore exports ``init``, ``chunk`` and ``point``
 with :mod:`jax.export` (serialised StableHLO) the first time, keeps them under
@@ -76,14 +76,15 @@ def use_compilation_cache() -> str:
     """Turn on JAX's persistent compilation cache unless it is configured already.
 
     Leaves ``$JAX_COMPILATION_CACHE_DIR`` (or an explicit ``jax_compilation_cache_dir``)
-    alone; otherwise uses ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/jaxcache``.  Returns
-    the directory in use.
+    alone; otherwise uses ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/jaxcache-candidate``
+    (not the reference set-up's ``jaxcache``, which its own jax version fills).  Returns the
+    directory in use.
     """
     current = jax.config.jax_compilation_cache_dir
     if current:
         return current
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    path = str(Path(cache) / "dreamer-parity" / "jaxcache")
+    path = str(Path(cache) / "dreamer-parity" / "jaxcache-candidate")
     jax.config.update("jax_compilation_cache_dir", path)
     return path
 

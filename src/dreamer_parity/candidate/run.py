@@ -2,7 +2,7 @@
 
 Command line (the DVC stage)::
 
-    python -m dreamer_parity.candidate.run --params params.yaml --out results/<round>/candidate \\
+    python -m dreamer_parity.candidate.run --params params.yaml --out results \\
         [--work-dir .work/candidate]
 
 The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
@@ -11,7 +11,7 @@ is imported or compiled.  All seeds run in one vmapped, jitted program
 on the host and a checkpoint is written to ``<work-dir>/<key>/``
 (:mod:`dreamer_parity.candidate.checkpoint`); a killed run started again with the same
 parameters and code resumes from it and writes the same records.  Only when the run
-completes are ``<out>/s<seed>/{records.jsonl, episodes.jsonl, run.json, timing.json,
+completes are ``<out>/candidate/s<seed>/{records.jsonl, episodes.jsonl, run.json, timing.json,
 params.npz, DONE.json}`` written (``DONE.json`` last).
 
 A seed that fails the finiteness check at an evaluation point (non-finite loss,
@@ -131,7 +131,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
 
     Args:
       params: a validated params dict (:func:`dreamer_parity.params.validate`).
-      out: the stage output directory (``<out>/s<seed>/`` per seed).
+      out: the output root (``<out>/candidate/s<seed>/`` per seed; the stage passes ``results``).
       work_dir: checkpoint root; the run's checkpoint is ``<work_dir>/<key>/``.
       agent, cfg: the agent module and its config (default: ``candidate.agent`` with
         ``AgentConfig.from_params(params)``).
@@ -295,7 +295,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.candidate.run",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--params", default="params.yaml", help="the params file")
-    ap.add_argument("--out", required=True, help="output directory, e.g. results/<round>/candidate")
+    ap.add_argument("--out", required=True, help="output root; seed S goes to <out>/candidate/sS (the stage passes results)")
     ap.add_argument("--work-dir", default=".work/candidate",
                     help="checkpoint root (git-ignored, outside the stage's outputs)")
     args = ap.parse_args(argv)
