@@ -90,6 +90,6 @@ def test_key_covers_the_programs_static_settings():
     changed = [dict(capacity=CAP + 1), dict(chunk_steps=CHUNK + 1), dict(eval_episodes=3),
                dict(n_seeds=3), dict(compiler_options={"xla_cpu_experimental_ynn_fusion_type": ""}),
                dict(cfg_dict={**CFG_DICT, "deter": 9}),
-               dict(s=dataclasses.replace(Schedule(), batch_size=8))]
+               dict(s=dataclasses.replace(Schedule(), batch_size=8)), dict(seed_batch=1)]
     keys = {program_store.program_key(**{**base, **c}) for c in changed}
     assert k0 not in keys and len(keys) == len(changed)

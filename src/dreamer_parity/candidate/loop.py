@@ -35,9 +35,10 @@ from ..schedule import Schedule
 from . import env as envlib
 from . import evaluate as evallib
 from . import replay as replaylib
+from . import seedmap
 
 __all__ = ["Programs", "build", "update_step", "compiler_options", "seed_keys", "metric_shapes",
-           "train_step_fn", "seed_programs", "is_loss_metric", "field"]
+           "train_step_fn", "seed_programs", "is_loss_metric", "field", "resolve_seed_batch"]
 
 EVAL_KEY_SALT = 7_000_001   # the protocol's evaluation entropy constant (PROTOCOL.md 4.2)
 
@@ -142,12 +143,13 @@ def _init_seed(agent, cfg, s: Schedule, capacity: int, names, keys):
     }
 
 
-def update_step(agent, cfg, s: Schedule, state, replay, n, key):
+def update_step(agent, cfg, s: Schedule, state, replay, n, key, seed_batch=None):
     """One update of one seed: sample windows, train, write the posteriors back.
 
     Args:
       state: the agent's train state; replay: the replay (:mod:`.replay`);
-      n: rows per env stored so far (int32, >= 65); key: PRNG key of this update.
+      n: rows per env stored so far (int32, >= 65); key: PRNG key of this update;
+      seed_batch: how the seed vmap runs the train step (:func:`.seedmap.per_seed`).
 
     Returns:
       ``(state, replay, metrics)``.
@@ -155,12 +157,14 @@ def update_step(agent, cfg, s: Schedule, state, replay, n, key):
     k_s, k_t = jax.random.split(key)
     replay, worker, start, _ = replaylib.sample_starts(replay, n, k_s, s.batch_size)
     batch = replaylib.gather(replay, worker, start)
-    state, outs, metrics = train_step_fn(agent, cfg)(state, batch, key=k_t)
+    train = seedmap.per_seed(lambda st, b, k: train_step_fn(agent, cfg)(st, b, key=k),
+                             seed_batch)
+    state, outs, metrics = train(state, batch, k_t)
     replay = replaylib.write_back(replay, worker, start, outs)
     return state, replay, metrics
 
 
-def _vector_step(agent, cfg, s: Schedule, carry, count):
+def _vector_step(agent, cfg, s: Schedule, seed_batch, carry, count):
     key, k_pol, k_reset, k_upd = jax.random.split(carry["key"], 4)
     row = carry["row"]
     state = carry["agent"]
@@ -184,7 +188,7 @@ def _vector_step(agent, cfg, s: Schedule, carry, count):
     def update(i, c):
         state, replay, msum, mcount, bad, k = c
         k, k_u = jax.random.split(k)
-        state, replay, metrics = update_step(agent, cfg, s, state, replay, n, k_u)
+        state, replay, metrics = update_step(agent, cfg, s, state, replay, n, k_u, seed_batch)
         msum, mcount = dict(msum), dict(mcount)
         loss_ok = jnp.ones((), bool)
         for name in msum:
@@ -250,19 +254,21 @@ def compiler_options(agent) -> dict | None:
 
 
 def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
-                  s: Schedule = Schedule()) -> tuple[dict, tuple]:
+                  s: Schedule = Schedule(), seed_batch="auto") -> tuple[dict, tuple]:
     """The seed-vmapped functions of a run, not yet jitted, and the metric names.
 
     Returns ``({"init": f, "chunk": f, "point": f}, metric_names)``; the arguments are
     those of :func:`build`, which jits them.  :mod:`.program_store` exports them instead.
     """
+    seed_batch = resolve_seed_batch(seed_batch)
     names = tuple(metric_shapes(agent, cfg, s))
 
     def init_seed(keys):
         return _init_seed(agent, cfg, s, capacity, names, keys)
 
     def chunk_seed(carry, counts):
-        return jax.lax.scan(lambda c, n: _vector_step(agent, cfg, s, c, n), carry, counts)
+        return jax.lax.scan(lambda c, n: _vector_step(agent, cfg, s, seed_batch, c, n), carry,
+                            counts)
 
     def point_seed(carry):
         return _point(agent, cfg, eval_episodes, carry)
@@ -272,8 +278,16 @@ def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: in
     return fns, names
 
 
+def resolve_seed_batch(seed_batch="auto") -> int | None:
+    """``"auto"`` -> :func:`.seedmap.default_seed_batch` (1 on CPU, all seeds batched
+    elsewhere); otherwise the value checked by :func:`.seedmap.check_seed_batch`."""
+    if seed_batch == "auto":
+        return seedmap.default_seed_batch()
+    return seedmap.check_seed_batch(seed_batch)
+
+
 def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
-          s: Schedule = Schedule()) -> Programs:
+          s: Schedule = Schedule(), seed_batch="auto") -> Programs:
     """Build the jitted, seed-vmapped programs of a run.
 
     Args:
@@ -284,12 +298,14 @@ def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
       chunk_steps: vector steps per ``chunk`` call (static).
       eval_episodes: evaluation envs per point (static).
       s: the replay/ratio settings.
+      seed_batch: seeds whose train steps run batched together (:func:`resolve_seed_batch`;
+        ``"auto"``: one seed at a time on CPU, all at once elsewhere).
 
     Returns:
       :class:`Programs`.  ``chunk`` and ``point`` donate the carry and are compiled with
       :func:`compiler_options`.
     """
-    fns, names = seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s)
+    fns, names = seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s, seed_batch)
     opts = compiler_options(agent)
     return Programs(
         init=jax.jit(fns["init"]),

@@ -16,7 +16,8 @@ were just built.
 The key hashes everything the programs depend on: the package's code
 (:func:`.checkpoint.code_hash`, plus the agent's file when it lies outside the package),
 the agent module's name, the agent config, the loop's static settings (replay capacity,
-vector steps per chunk, evaluation episodes, number of seeds, the replay/ratio schedule),
+vector steps per chunk, evaluation episodes, number of seeds, the replay/ratio schedule,
+how many seeds the train step batches, :mod:`.seedmap`),
 jax and jaxlib versions, the backend and the compiler options.  An entry is a directory
 with ``init.bin``, ``chunk.bin``, ``point.bin`` (``Exported.serialize`` of each program
 with its pytree arguments and results flattened to leaves), ``trees.pkl`` (the pickled
@@ -90,7 +91,8 @@ def use_compilation_cache() -> str:
 
 
 def program_key(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_episodes: int,
-                n_seeds: int, s: Schedule, compiler_options: dict | None) -> str:
+                n_seeds: int, s: Schedule, compiler_options: dict | None,
+                seed_batch: int | None = None) -> str:
     """16 hex digits identifying the programs (see the module docstring)."""
     agent_file = getattr(agent, "__file__", None)
     blob = json.dumps({
@@ -100,7 +102,7 @@ def program_key(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_epi
         "capacity": capacity, "chunk_steps": chunk_steps, "eval_episodes": eval_episodes,
         "seeds": n_seeds, "schedule": dataclasses.asdict(s),
         "jax": jax.__version__, "jaxlib": jaxlib.__version__, "backend": jax.default_backend(),
-        "compiler_options": compiler_options or {},
+        "compiler_options": compiler_options or {}, "seed_batch": seed_batch,
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -152,8 +154,9 @@ def _shapes(tree, avals):
     return jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
 
 
-def _export(agent, cfg, capacity, chunk_steps, eval_episodes, s, example_keys):
-    fns, names = looplib.seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s)
+def _export(agent, cfg, capacity, chunk_steps, eval_episodes, s, example_keys, seed_batch):
+    fns, names = looplib.seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s,
+                                       seed_batch)
     out_trees: dict = {}
     exported, trees = {}, {}
 
@@ -197,7 +200,7 @@ def _save(root: Path, key: str, exported: dict, trees: dict, meta: dict) -> dict
 
 def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
                   eval_episodes: int, example_keys: dict, s: Schedule = Schedule(),
-                  root: Path | None = None, log=None):
+                  root: Path | None = None, log=None, seed_batch="auto"):
     """The run's jitted programs, from the store when it holds them, else exported now.
 
     Args:
@@ -208,6 +211,7 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
         ShapeDtypeStructs) the ``init`` program takes; their leading size is the seed count.
       root: store directory (default :func:`default_root`).
       log: optional ``callable(str)`` for one line saying where the programs came from.
+      seed_batch: as :func:`.loop.build` (resolved before it enters the key).
 
     Returns:
       ``(programs, carry_shape, info)``: a :class:`.loop.Programs` whose ``init``, ``chunk``
@@ -223,7 +227,9 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
     root = Path(root) if root is not None else default_root()
     n_seeds = int(jax.tree.leaves(example_keys)[0].shape[0])
     opts = looplib.compiler_options(agent)
-    key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s, opts)
+    seed_batch = looplib.resolve_seed_batch(seed_batch)
+    key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s, opts,
+                      seed_batch)
     entry = root / key
     exported = trees = meta = None
     source = "built"
@@ -236,7 +242,7 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
                 log(f"program store entry unusable, rebuilding: {e}")
     if exported is None:
         exported, trees, meta = _export(agent, cfg, capacity, chunk_steps, eval_episodes, s,
-                                        example_keys)
+                                        example_keys, seed_batch)
         blobs = _save(root, key, exported, trees, meta)
         # Run what a later start will load: the serialised programs, read back.
         exported = {p: export.deserialize(bytearray(blobs[p])) for p in PROGRAMS}

@@ -1,0 +1,148 @@
+"""Per-op profile of the candidate's vmapped train step on CPU (where the update time goes).
+
+    XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
+        .venv/bin/python benchmarks/profile_candidate.py [--profile full] [--seeds 3] [--updates 3]
+
+Compiles ``jit(vmap(agent.train_step))`` on a synthetic batch (``candidate.bench``), runs
+``--updates`` blocking updates under ``jax.profiler.trace`` and sums the XLA:CPU op events
+of the trace per op name.  Prints, per update: wall seconds, total op seconds (summed over
+threads), the top ops, and the op seconds grouped by kind (dot/matmul custom calls, fusions,
+copies, while loops' own bodies, others).  Without the XLA flag above the trace holds no
+per-op events and the script says so (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step  # noqa: E402
+from dreamer_parity.candidate.bench import synthetic_batch  # noqa: E402
+from dreamer_parity.candidate.config import AgentConfig  # noqa: E402
+
+
+def _kind(name: str) -> str:
+    n = name.lower()
+    if "dot" in n or "matmul" in n or "onednn" in n or "convolution" in n:
+        return "matmul"
+    if "copy" in n or "transpose" in n:
+        return "copy/transpose"
+    if "fusion" in n or "loop_" in n or "input_" in n:
+        return "fusion"
+    if "while" in n or "conditional" in n or "call" in n:
+        return "control"
+    if "reduce" in n or "sort" in n or "scatter" in n or "gather" in n:
+        return "reduce/sort/scatter/gather"
+    return "other"
+
+
+def op_events(trace_dir: str):
+    """(name, duration s, thread id, start s) of every complete event in the trace."""
+    files = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
+    if not files:
+        raise FileNotFoundError(f"no *.trace.json.gz under the trace directory")
+    with gzip.open(files[0], "rt") as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    out = []
+    for e in events:
+        if e.get("ph") == "X" and "dur" in e:
+            out.append((e.get("name", "?"), e["dur"] * 1e-6, e.get("tid"), e["ts"] * 1e-6))
+    return out
+
+
+def _busy(events, skip):
+    """Seconds during which at least one / at least two op events were running."""
+    edges = []
+    for name, dur, _, ts in events:
+        if skip.search(name) or name.startswith("jit_"):
+            continue
+        edges += [(ts, 1), (ts + dur, -1)]
+    edges.sort()
+    one = two = 0.0
+    level, last = 0, None
+    for t, d in edges:
+        if last is not None:
+            one += (t - last) if level >= 1 else 0.0
+            two += (t - last) if level >= 2 else 0.0
+        level += d
+        last = t
+    return one, two
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="full", choices=("full", "smoke"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--updates", type=int, default=3)
+    ap.add_argument("--top", type=int, default=40)
+    a = ap.parse_args(argv)
+    if "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
+        print("profile_candidate: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true "
+              "(otherwise the trace has no per-op events)", file=sys.stderr)
+        return 2
+    cfg = AgentConfig.for_profile(a.profile)
+    keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
+    states = jax.vmap(lambda k: init(k, cfg))(keys)
+    batches = jax.tree_util.tree_map(
+        lambda *x: np.stack(x), *[synthetic_batch(cfg, 16, 65, i) for i in range(a.seeds)])
+    step = jax.jit(jax.vmap(partial(train_step, cfg)), compiler_options=XLA_CPU_OPTIONS)
+    t0 = time.perf_counter()
+    compiled = step.lower(states, batches, keys).compile()
+    print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
+    for _ in range(2):
+        states, outs, m = compiled(states, batches, keys)
+        jax.block_until_ready(states)
+    with tempfile.TemporaryDirectory() as tmp:
+        walls = []
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            for _ in range(a.updates):
+                t0 = time.perf_counter()
+                states, outs, m = compiled(states, batches, keys)
+                jax.block_until_ready(states)
+                walls.append(time.perf_counter() - t0)
+        events = op_events(tmp)
+    n = a.updates
+    by_name = collections.Counter()
+    by_kind = collections.Counter()
+    count = collections.Counter()
+    skip = re.compile(r"^(PjitFunction|ThunkExecutor|Execute|TfrtCpu|PjRt|XlaModule|"
+                      r"ExecuteHelper|cpu_executable|\$)", re.I)
+    for name, dur, _, _ in events:
+        if skip.search(name) or name.startswith("jit_"):
+            continue
+        by_name[name] += dur / n
+        count[name] += 1
+        by_kind[_kind(name)] += dur / n
+    print(f"seeds={a.seeds} wall per update {np.median(walls):.3f} s {[round(w, 3) for w in walls]}")
+    print(f"op events per update: {sum(count.values()) / n:.0f}, op s per update "
+          f"{sum(by_name.values()):.3f} (nested events count twice)")
+    for k, v in by_kind.most_common():
+        print(f"  kind {k:28s} {v:.3f} s")
+    loop = [k for k in count if count[k] % (64 * n) == 0]
+    print(f"ops repeated 64x per update (observe loops): {len(loop)} ops, "
+          f"{sum(count[k] for k in loop) / n:.0f} events, {sum(by_name[k] for k in loop):.3f} s")
+    busy = _busy(events, skip)
+    print(f"wall covered by >=1 op: {busy[0] / n:.3f} s, by >=2 ops: {busy[1] / n:.3f} s")
+    for name, v in by_name.most_common(a.top):
+        print(f"  {v * 1e3:8.1f} ms  x{count[name] / n:6.0f}  {name[:90]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
