@@ -57,7 +57,16 @@ def _setup_env(cache: str | None):
         os.environ["DREAMER_PARITY_PROGRAMS"] = str(Path(cache) / "programs")
 
 
-def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10):
+def _seed_batch(text: str):
+    """--seed-batch: "auto" (the loop's default), "all" (plain vmap) or a positive int."""
+    if text == "auto":
+        return "auto"
+    if text == "all":
+        return None
+    return int(text)
+
+
+def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10, seed_batch="auto"):
     import jax
     import jax.numpy as jnp
 
@@ -66,7 +75,7 @@ def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10):
 
     cfg = AgentConfig.for_profile(profile)
     progs = loop.build(agent, cfg, capacity=rows // NUM_ENVS, chunk_steps=chunk_steps,
-                       eval_episodes=eval_episodes)
+                       eval_episodes=eval_episodes, seed_batch=seed_batch)
     keys = [loop.seed_keys(s) for s in range(n_seeds)]
     stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
     return jax, jnp, agent, loop, cfg, progs, stacked
@@ -91,7 +100,7 @@ def phase_compile(a) -> dict:
     t1 = time.perf_counter()
     progs, shape, info = program_store.load_or_build(
         agent, cfg, config_dict(cfg), capacity=a.rows // NUM_ENVS, chunk_steps=a.chunk_steps,
-        eval_episodes=10, example_keys=stacked)
+        eval_episodes=10, example_keys=stacked, seed_batch=_seed_batch(a.seed_batch))
     t2 = time.perf_counter()
     progs.init.lower(stacked).compile()
     progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
@@ -120,7 +129,7 @@ def phase_throughput(a) -> dict:
     out = {"throughput": {}}
     for n_seeds in a.seeds:
         jax, jnp, agent, loop, cfg, progs, stacked = _programs(
-            a.profile, n_seeds, a.rows, a.chunk_steps)
+            a.profile, n_seeds, a.rows, a.chunk_steps, seed_batch=_seed_batch(a.seed_batch))
         shape = jax.eval_shape(progs.init, stacked)
         chunk = progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
         carry = progs.init(stacked)
@@ -179,7 +188,8 @@ def _child(phase, a, cache) -> dict:
     cmd = [sys.executable, __file__, "--phase", phase, "--profile", a.profile,
            "--rows", str(a.rows), "--chunk-steps", str(a.chunk_steps),
            "--timed-chunks", str(a.timed_chunks), "--seeds", *map(str, a.seeds),
-           "--cache", str(cache)] + (["--no-flops"] if a.no_flops else [])
+           "--cache", str(cache), "--seed-batch", a.seed_batch] + (
+               ["--no-flops"] if a.no_flops else [])
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     lines = [x for x in r.stdout.splitlines() if x.startswith("PHASE ")]
     if r.returncode != 0 or not lines:
@@ -223,6 +233,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reference-s-per-update", type=float, default=None)
     ap.add_argument("--skip-cold", action="store_true",
                     help="skip the cold-cache compile; use the test suite's persistent cache")
+    ap.add_argument("--seed-batch", default="auto",
+                    help="how the seed vmap runs the train step: auto (loop default: one seed "
+                         "at a time on CPU), all (batched), or seeds per group")
     ap.add_argument("--no-flops", action="store_true", help="skip the FLOP count (one compile)")
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cache", default=None, help=argparse.SUPPRESS)

@@ -38,7 +38,8 @@ from . import replay as replaylib
 from . import seedmap
 
 __all__ = ["Programs", "build", "update_step", "compiler_options", "seed_keys", "metric_shapes",
-           "train_step_fn", "seed_programs", "is_loss_metric", "field", "resolve_seed_batch"]
+           "train_step_fn", "seed_programs", "is_loss_metric", "field", "resolve_seed_batch",
+           "init_compiler_options", "INIT_CPU_OPTIONS"]
 
 EVAL_KEY_SALT = 7_000_001   # the protocol's evaluation entropy constant (PROTOCOL.md 4.2)
 
@@ -253,6 +254,18 @@ def compiler_options(agent) -> dict | None:
     return dict(opts) if opts and jax.default_backend() == "cpu" else None
 
 
+#: XLA:CPU options of the ``init`` program: LLVM -O0.  It runs once per run (0.2 s at the
+#: full profile for 3 seeds) but costs 8 s to compile at the default level against 2.6 s
+#: here (docs/PERFORMANCE.md); its values differ from an -O2 build by float32 rounding of
+#: the truncated-normal transform only (max 2.4e-7).
+INIT_CPU_OPTIONS = {"xla_backend_optimization_level": 0}
+
+
+def init_compiler_options() -> dict | None:
+    """:data:`INIT_CPU_OPTIONS` on the CPU backend, else None."""
+    return dict(INIT_CPU_OPTIONS) if jax.default_backend() == "cpu" else None
+
+
 def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
                   s: Schedule = Schedule(), seed_batch="auto") -> tuple[dict, tuple]:
     """The seed-vmapped functions of a run, not yet jitted, and the metric names.
@@ -303,12 +316,12 @@ def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
 
     Returns:
       :class:`Programs`.  ``chunk`` and ``point`` donate the carry and are compiled with
-      :func:`compiler_options`.
+      :func:`compiler_options`; ``init`` with :func:`init_compiler_options`.
     """
     fns, names = seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s, seed_batch)
     opts = compiler_options(agent)
     return Programs(
-        init=jax.jit(fns["init"]),
+        init=jax.jit(fns["init"], compiler_options=init_compiler_options()),
         chunk=jax.jit(fns["chunk"], donate_argnums=0, compiler_options=opts),
         point=jax.jit(fns["point"], donate_argnums=0, compiler_options=opts),
         metric_names=names, capacity=capacity, chunk_steps=chunk_steps)

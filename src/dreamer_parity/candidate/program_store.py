@@ -129,7 +129,7 @@ def _tree_call(exported, in_tree, out_tree, name: str):
 
 def _wrap(exported: dict, trees: dict, opts) -> dict:
     call = {p: _tree_call(exported[p], *trees[p], p) for p in PROGRAMS}
-    return {"init": jax.jit(call["init"]),
+    return {"init": jax.jit(call["init"], compiler_options=looplib.init_compiler_options()),
             "chunk": jax.jit(call["chunk"], donate_argnums=0, compiler_options=opts),
             "point": jax.jit(call["point"], donate_argnums=0, compiler_options=opts)}
 
@@ -228,8 +228,8 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
     n_seeds = int(jax.tree.leaves(example_keys)[0].shape[0])
     opts = looplib.compiler_options(agent)
     seed_batch = looplib.resolve_seed_batch(seed_batch)
-    key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s, opts,
-                      seed_batch)
+    key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s,
+                      {**(opts or {}), "init": looplib.init_compiler_options()}, seed_batch)
     entry = root / key
     exported = trees = meta = None
     source = "built"
