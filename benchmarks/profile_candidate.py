@@ -85,6 +85,20 @@ def _busy(events, skip):
     return one, two
 
 
+def _gaps(events, skip):
+    """Idle seconds (no op event running) summed by the op that ended just before."""
+    ops = sorted((ts, ts + dur, name) for name, dur, _, ts in events
+                 if not (skip.search(name) or name.startswith("jit_")))
+    gaps = collections.Counter()
+    end, last = None, None
+    for ts, te, name in ops:
+        if end is not None and ts > end:
+            gaps[last] += ts - end
+        if end is None or te > end:
+            end, last = te, name
+    return gaps
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="full", choices=("full", "smoke"))
@@ -138,6 +152,11 @@ def main(argv=None) -> int:
     print(f"ops repeated 64x per update (observe loops): {len(loop)} ops, "
           f"{sum(count[k] for k in loop) / n:.0f} events, {sum(by_name[k] for k in loop):.3f} s")
     busy = _busy(events, skip)
+    gaps = _gaps(events, skip)
+    print(f"idle gaps (no op running) per update: {sum(gaps.values()) / n:.3f} s; "
+          f"largest, by the op that ended before the gap:")
+    for name, v in gaps.most_common(12):
+        print(f"  {v / n * 1e3:8.1f} ms  after {name[:80]}")
     print(f"wall covered by >=1 op: {busy[0] / n:.3f} s, by >=2 ops: {busy[1] / n:.3f} s")
     for name, v in by_name.most_common(a.top):
         print(f"  {v * 1e3:8.1f} ms  x{count[name] / n:6.0f}  {name[:90]}")
