@@ -93,6 +93,8 @@ def test_smoke_run_records(run_a):
         assert run["run"]["config"]["schedule"]["updates_at_points"] == [0, 0, 81]
         assert "repo" in run["run"]["provenance"]
         assert run["timing"]["compile_s"] > 0
+        # CPU: the seed vmap runs the train step one seed at a time (candidate/seedmap.py)
+        assert run["timing"]["backend"] == "cpu" and run["timing"]["seed_batch"] == 1
         with np.load(d / "params.npz") as z:
             assert set(z.files) == {"enc/w", "actor/w", "actor/b"}
             assert np.all(np.isfinite(z["actor/w"]))

@@ -194,8 +194,10 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     chunk_c = progs.chunk.lower(carry_shape, counts0).compile()
     point_c = progs.point.lower(carry_shape).compile()
     compile_s = time.perf_counter() - t0
-    _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, {chunk_steps} vector steps "
-         f"per chunk, key {key})")
+    seed_batch = looplib.resolve_seed_batch()
+    _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, "
+         f"{'batched' if seed_batch is None else f'train step {seed_batch} seed(s) at a time'}, "
+         f"{chunk_steps} vector steps per chunk, key {key})")
 
     loaded = ckptlib.load(ckdir, carry_shape) if ckdir.exists() else None
     if loaded is not None:
@@ -260,6 +262,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
         "updates_this_session": ran_updates,
         "seed_updates_per_s": ran_updates * len(seeds) / loop_s if loop_s > 0 else None,
         "resumed_from_rows": resumed, "seeds": len(seeds),
+        "backend": jax.default_backend(), "seed_batch": seed_batch,
     }
     result = {"key": key, "resumed_from_rows": resumed, "records": host["records"],
               "episodes": host["episodes"], "failed": dict(host["failed"]), "timing": timing,
