@@ -1,8 +1,8 @@
 """The run's three programs, exported once and reloaded: a warm start does not trace again.
 
 Tracing the agent and lowering the chunk program (the train step inside a scan of vector
-steps, vmapped over seeds) costs 12-16 s of Python at the full profile on the 2-core
-machine, more than loading its compiled executable from JAX's persistent compilation cache
+steps, vmapped over seeds) costs 7-16 s of Python at the full profile on the 2-core
+machines measured (docs/PERFORMANCE.md), more than loading its compiled executable from JAX's persistent compilation cache
 (about 4 s).  :func:`load_or_build` therefore exports ``init``, ``chunk`` and ``point``
 with :mod:`jax.export` (serialised StableHLO) the first time, keeps them under
 ``<root>/<key>/`` and later deserialises them.  Wrapped in ``jax.jit`` with the loop's
@@ -218,9 +218,13 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
       and ``point`` are ``jax.jit`` wrappers of the deserialised programs (``chunk`` and
       ``point`` donate the carry and carry :func:`.loop.compiler_options`); the carry's
       pytree of ``jax.ShapeDtypeStruct``; and ``{"key", "source": "store" | "built",
-      "seconds"}`` (seconds to load or to trace, export and store).
+      "seconds", "seed_batch"}`` (seconds to load or to trace, export and store; the
+      resolved ``seed_batch`` the programs were built with).
 
     Raises:
+      ValueError: ``seed_batch`` is neither ``"auto"``, None nor a positive integer (before
+        anything is traced); a returned program called with arguments whose pytree differs
+        from the stored one (``program <name>: arguments ...``).
       Whatever tracing the agent raises; an unusable store entry is rebuilt, not raised.
     """
     t0 = time.perf_counter()
@@ -255,4 +259,5 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
     if log:
         log(f"programs {'loaded from the store' if source == 'store' else 'traced and stored'}"
             f" in {seconds:.1f} s (program key {key})")
-    return progs, carry_shape, {"key": key, "source": source, "seconds": seconds}
+    return progs, carry_shape, {"key": key, "source": source, "seconds": seconds,
+                                "seed_batch": seed_batch}

@@ -186,7 +186,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
 
     t0 = time.perf_counter()
     program_store.use_compilation_cache()
-    progs, carry_shape, _ = program_store.load_or_build(
+    progs, carry_shape, prog_info = program_store.load_or_build(
         agent, cfg, cfg_dict, capacity=total_steps, chunk_steps=chunk_steps,
         eval_episodes=params["eval_episodes"], example_keys=stacked, s=sched, log=_log)
     init_c = progs.init.lower(stacked).compile()
@@ -194,7 +194,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     chunk_c = progs.chunk.lower(carry_shape, counts0).compile()
     point_c = progs.point.lower(carry_shape).compile()
     compile_s = time.perf_counter() - t0
-    seed_batch = looplib.resolve_seed_batch()
+    seed_batch = prog_info["seed_batch"]
     _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, "
          f"{'batched' if seed_batch is None else f'train step {seed_batch} seed(s) at a time'}, "
          f"{chunk_steps} vector steps per chunk, key {key})")

@@ -2,17 +2,19 @@
 
 The run's programs are ``jax.vmap`` over seeds (:mod:`.loop`).  By default ``vmap`` turns
 every matmul of the train step into a batched matmul over the seed axis.  XLA:CPU runs those
-less efficiently than the same matmuls one seed at a time: on the 2-core machine 3 vmapped
-seeds took 1.85 s per update against 3 x 0.52 s for one seed (docs/PERFORMANCE.md).  On a
+less efficiently than the same matmuls one seed at a time: on the 2-core machine the train
+step of 3 seeds took 3.52 s batched against 2.98 s one seed after another (measured side by
+side under load; 0.52 s for one seed alone on the idle machine; docs/PERFORMANCE.md).  On a
 GPU, batching is what makes many seeds cheap.
 
 :func:`per_seed` wraps a function with a custom batching rule
 (``jax.custom_batching.custom_vmap``).  Under the seed vmap it runs
 ``jax.lax.map(fn, ..., batch_size=seed_batch)``: a loop over groups of ``seed_batch``
 seeds, vmapped inside each group.  ``seed_batch=None`` keeps plain ``vmap``.  Called
-without vmap, the wrapped function is ``fn`` itself.  Each seed's computation is the same
-unbatched program either way; on CPU the results equal the vmapped ones bit for bit in the
-tests (tests/test_candidate_seedmap.py).
+without vmap, the wrapped function is ``fn`` itself.  With ``seed_batch=1`` each seed runs
+the unbatched program; the results agree with the vmapped program's to float32 rounding
+(tests/test_candidate_seedmap.py; the full-size parameters after one update were bitwise
+equal when measured, docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ __all__ = ["per_seed", "default_seed_batch", "check_seed_batch"]
 
 
 def default_seed_batch(backend: str | None = None) -> int | None:
-    """Seeds batched together in the train step: 1 on the CPU backend, None (all) otherwise.
+    """Seeds batched together in the train step: 1 for ``"cpu"``, None (all seeds batched)
+    for any other backend name (``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``).
 
     ``backend`` defaults to ``jax.default_backend()``.
     """
@@ -45,18 +48,22 @@ def per_seed(fn, seed_batch: int | None):
     """``fn`` (positional arguments only) with a vmap rule that maps over the batch axis.
 
     Args:
-      fn: a pure function of positional pytree arguments.
+      fn: a pure function of pytree arguments.
       seed_batch: seeds per group under vmap (:func:`jax.lax.map`'s ``batch_size``), or
         None for plain ``jax.vmap`` (then ``fn`` is returned unchanged).
 
     Returns:
-      A function equal to ``fn`` when not vmapped.  Under ``jax.vmap`` every output is
-      batched along axis 0; unbatched inputs are broadcast to the axis size first.
-      Reverse-mode differentiation through the wrapper is not supported (the loop never
-      differentiates through a whole train step).
+      A function equal to ``fn`` when not vmapped.  Under ``jax.vmap`` (any ``in_axes``;
+      the rule sees each batched input with its mapped axis moved to 0, of the vmap's size
+      S) every output is batched along axis 0 with size S; unbatched inputs are broadcast to
+      size S first.  The groups are ``min(seed_batch, S)`` seeds; when S is not a multiple
+      of that, ``lax.map`` runs the remainder as one more, smaller group.
 
     Raises:
-      ValueError: ``seed_batch`` is not None or a positive integer.
+      ValueError: ``seed_batch`` is not None or a positive integer (when wrapping); and,
+        raised by jax, on reverse-mode differentiation through the wrapper
+        (``custom_vmap`` has no VJP rule; the loop never differentiates through a whole
+        train step).
     """
     seed_batch = check_seed_batch(seed_batch)
     if seed_batch is None:
