@@ -3,7 +3,9 @@
     XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
         .venv/bin/python benchmarks/profile_candidate.py [--profile full] [--seeds 3] [--updates 3]
 
-Compiles ``jit(vmap(agent.train_step))`` on a synthetic batch (``candidate.bench``), runs
+Compiles ``jit(vmap(agent.train_step))`` (plain vmap: with ``--seeds`` above 1 this is the
+batched program, not the run's one-seed-at-a-time loop of ``candidate/seedmap.py``; its
+per-seed program is what ``--seeds 1`` profiles) on a synthetic batch (``candidate.bench``), runs
 ``--updates`` blocking updates under ``jax.profiler.trace`` and sums the XLA:CPU op events
 of the trace per op name.  Prints, per update: wall seconds, total op seconds (summed over
 threads), the top ops, and the op seconds grouped by kind (dot/matmul custom calls, fusions,
@@ -55,7 +57,7 @@ def op_events(trace_dir: str):
     """(name, duration s, thread id, start s) of every complete event in the trace."""
     files = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
     if not files:
-        raise FileNotFoundError(f"no *.trace.json.gz under the trace directory")
+        raise FileNotFoundError("no *.trace.json.gz under the trace directory")
     with gzip.open(files[0], "rt") as f:
         data = json.load(f)
     events = data["traceEvents"] if isinstance(data, dict) else data
