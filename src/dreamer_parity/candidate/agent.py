@@ -38,9 +38,9 @@ sg = jax.lax.stop_gradient
 #: ``jax.jit(f, compiler_options=XLA_CPU_OPTIONS)``.  They turn off the YNNPACK fusions, which
 #: fold matmuls together with softmax/SiLU chains and ran the imagination loop ~10-30% slower
 #: in CPU time on the 2-core machine (noisy, shared), and compile with LLVM -O1: the run's
-#: chunk program for 3 seeds compiled in 25.8 s instead of 31.4 s (no compilation cache)
-#: and ran 0.487 s per seed-update against 0.566 s at the default -O2
-#: (docs/PERFORMANCE.md).  CPU only; do not pass them on GPU.
+#: chunk program for 3 seeds compiled in 25.8 s instead of 31.4 s (no compilation cache) and
+#: ran 0.487 s per seed-update against 0.566 s at the default -O2 (docs/PERFORMANCE.md).  CPU only; do not
+#: pass them on GPU.
 XLA_CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_backend_optimization_level": 1}
 treemap = jax.tree_util.tree_map
 

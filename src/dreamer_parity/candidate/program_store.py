@@ -2,8 +2,8 @@
 
 Tracing the agent and lowering the chunk program (the train step inside a scan of vector
 steps, vmapped over seeds) costs 7-16 s of Python at the full profile on the 2-core
-machines measured (docs/PERFORMANCE.md), more than loading its compiled executable from
-JAX's persistent compilation cache (about 4 s).  :func:`load_or_build` therefore exports ``init``, ``chunk`` and ``point``
+machines measured (docs/PERFORMANCE.md), more than loading its compiled executable from JAX's persistent compilation cache
+(about 4 s).  :func:`load_or_build` therefore exports ``init``, ``chunk`` and ``point``
 with :mod:`jax.export` (serialised StableHLO) the first time, keeps them under
 ``<root>/<key>/`` and later deserialises them.  Wrapped in ``jax.jit`` with the loop's
 donation and compiler options they lower in well under a second, and their XLA compile is
