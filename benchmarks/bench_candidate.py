@@ -45,6 +45,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# Benchmark the checkout this script lies in, not whatever package the interpreter's
+# environment installed (the main venv's editable install points at the main checkout, so
+# a worktree's benchmark would otherwise time the main checkout's code).
+sys.path.insert(0, str(REPO / "src"))
 NUM_ENVS = 16
 
 
@@ -251,7 +255,8 @@ def main(argv=None) -> int:
 
     from dreamer_parity import provenance
     res = {"profile": a.profile, "cpu": provenance.cpu_model(), "cpu_count": os.cpu_count(),
-           "load_avg_start": os.getloadavg()[0], "rows": a.rows, "seeds": a.seeds}
+           "load_avg_start": os.getloadavg()[0], "rows": a.rows, "seeds": a.seeds,
+           "code": provenance.git_state(REPO, ["src"])}
     with tempfile.TemporaryDirectory(prefix="candbench-") as tmp:
         # --skip-cold: the suite's persistent cache (warm after `make test`), else a fresh one
         cache = (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -306,6 +311,9 @@ def main(argv=None) -> int:
         print(f"| reference | {ref_src} |")
     print(f"| machine | {res['cpu']}, {res['cpu_count']} cores; load average "
           f"{res['load_avg_start']:.1f} -> {res['load_avg_end']:.1f} |")
+    code = res["code"]
+    print(f"| code benchmarked | commit {str(code['commit'])[:7]}"
+          f"{' + uncommitted changes in src/' if code['dirty'] else ''} |")
     print("RESULT " + json.dumps(res))
     return 0
 

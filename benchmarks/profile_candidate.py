@@ -2,12 +2,23 @@
 
     XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
         .venv/bin/python benchmarks/profile_candidate.py [--profile full] [--seeds 3] [--updates 3]
+                                                         [--loop] [--chunk-steps 3]
 
-Compiles ``jit(vmap(agent.train_step))`` (plain vmap: with ``--seeds`` above 1 this is the
-batched program, not the run's one-seed-at-a-time loop of ``candidate/seedmap.py``; its
-per-seed program is what ``--seeds 1`` profiles) on a synthetic batch (``candidate.bench``), runs
-``--updates`` blocking updates under ``jax.profiler.trace`` and sums the XLA:CPU op events
-of the trace per op name.  Prints, per update: wall seconds, total op seconds (summed over
+Without ``--loop`` it compiles ``jit(vmap(agent.train_step))`` (plain vmap: with
+``--seeds`` above 1 this is the batched program, not the run's one-seed-at-a-time loop of
+``candidate/seedmap.py``; its per-seed program is what ``--seeds 1`` profiles) on a
+synthetic batch (``candidate.bench``), runs ``--updates`` blocking updates under
+``jax.profiler.trace`` and sums the XLA:CPU op events of the trace per op name.
+
+With ``--loop`` it profiles the run's own chunk program instead (``loop.build`` with the
+run's seed loop, replay for 24 000 rows, run past the 1 040-row gate, then one chunk of
+``--chunk-steps`` vector steps traced; 8 updates per vector step).  There the train step's
+temporary buffers live inside one executable call, so their pages are touched once per
+chunk rather than once per update as in the isolated step; the isolated step's large
+copies (the stacked imagination trajectory) look several times dearer than they are in
+the run.
+
+Prints, per update: wall seconds, total op seconds (summed over
 threads), the top ops, and the op seconds grouped by kind (dot/matmul custom calls, fusions,
 copies, while loops' own bodies, others).  Without the XLA flag above the trace holds no
 per-op events and the script says so (exit 2).
@@ -101,17 +112,8 @@ def _gaps(events, skip):
     return gaps
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="full", choices=("full", "smoke"))
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--updates", type=int, default=3)
-    ap.add_argument("--top", type=int, default=40)
-    a = ap.parse_args(argv)
-    if "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
-        print("profile_candidate: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true "
-              "(otherwise the trace has no per-op events)", file=sys.stderr)
-        return 2
+def _trace_step(a):
+    """Trace ``a.updates`` calls of the isolated jit(vmap(train_step)); (events, walls, n)."""
     cfg = AgentConfig.for_profile(a.profile)
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     states = jax.vmap(lambda k: init(k, cfg))(keys)
@@ -133,7 +135,63 @@ def main(argv=None) -> int:
                 jax.block_until_ready(states)
                 walls.append(time.perf_counter() - t0)
         events = op_events(tmp)
-    n = a.updates
+    return events, walls, a.updates
+
+
+def _trace_loop(a):
+    """Trace one chunk of the run's loop program past the update gate; (events, walls, n)
+    with n = the seed-updates the chunk ran (updates per seed x seeds)."""
+    import jax.numpy as jnp
+
+    from dreamer_parity.candidate import agent, loop
+    from dreamer_parity.schedule import per_vector_step
+
+    cfg = AgentConfig.for_profile(a.profile)
+    progs = loop.build(agent, cfg, capacity=24000 // 16, chunk_steps=a.chunk_steps,
+                       eval_episodes=10)
+    keys = [loop.seed_keys(s) for s in range(a.seeds)]
+    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+    shape = jax.eval_shape(progs.init, stacked)
+    t0 = time.perf_counter()
+    chunk = progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
+    print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
+    carry = progs.init(stacked)
+    counts = per_vector_step(65 + 3 * a.chunk_steps)
+    step = 0
+    while step < 65 + a.chunk_steps:   # past the gate, and one chunk with updates to warm up
+        carry, _ = chunk(carry, jnp.asarray(counts[step:step + a.chunk_steps], jnp.int32))
+        step += a.chunk_steps
+    jax.block_until_ready(carry)
+    c = counts[step:step + a.chunk_steps]
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            t0 = time.perf_counter()
+            carry, _ = chunk(carry, jnp.asarray(c, jnp.int32))
+            jax.block_until_ready(carry)
+            walls = [time.perf_counter() - t0]
+        events = op_events(tmp)
+    return events, walls, int(sum(c)) * a.seeds
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="full", choices=("full", "smoke"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--updates", type=int, default=3)
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--loop", action="store_true",
+                    help="profile the run's chunk program (loop.build) instead of the step")
+    ap.add_argument("--chunk-steps", type=int, default=3,
+                    help="vector steps per chunk with --loop (8 vector steps give 64 updates)")
+    a = ap.parse_args(argv)
+    if "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
+        print("profile_candidate: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true "
+              "(otherwise the trace has no per-op events)", file=sys.stderr)
+        return 2
+    if a.loop:
+        events, walls, n = _trace_loop(a)
+    else:
+        events, walls, n = _trace_step(a)
     by_name = collections.Counter()
     by_kind = collections.Counter()
     count = collections.Counter()
@@ -145,12 +203,13 @@ def main(argv=None) -> int:
         by_name[name] += dur / n
         count[name] += 1
         by_kind[_kind(name)] += dur / n
-    print(f"seeds={a.seeds} wall per update {np.median(walls):.3f} s {[round(w, 3) for w in walls]}")
+    print(f"seeds={a.seeds} {'loop' if a.loop else 'isolated step'}: wall per update "
+          f"{sum(walls) / n:.3f} s (calls: {[round(w, 3) for w in walls]}, {n} updates)")
     print(f"op events per update: {sum(count.values()) / n:.0f}, op s per update "
           f"{sum(by_name.values()):.3f} (nested events count twice)")
     for k, v in by_kind.most_common():
         print(f"  kind {k:28s} {v:.3f} s")
-    loop = [k for k in count if count[k] % (64 * n) == 0]
+    loop = [k for k in count if count[k] % (64 * n) == 0]   # the observe loops' ops
     print(f"ops repeated 64x per update (observe loops): {len(loop)} ops, "
           f"{sum(count[k] for k in loop) / n:.0f} events, {sum(by_name[k] for k in loop):.3f} s")
     busy = _busy(events, skip)
