@@ -70,14 +70,20 @@ def _seed_batch(text: str):
     return int(text)
 
 
-def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10, seed_batch="auto"):
+def _head_rows(head_rows):
+    """AgentConfig overrides for ``--head-rows`` (none when it was not given)."""
+    return {} if head_rows is None else {"head_rows": head_rows}
+
+
+def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10, seed_batch="auto",
+              head_rows=None):
     import jax
     import jax.numpy as jnp
 
     from dreamer_parity.candidate import agent, loop
     from dreamer_parity.candidate.config import AgentConfig
 
-    cfg = AgentConfig.for_profile(profile)
+    cfg = AgentConfig.for_profile(profile, **_head_rows(head_rows))
     progs = loop.build(agent, cfg, capacity=rows // NUM_ENVS, chunk_steps=chunk_steps,
                        eval_episodes=eval_episodes, seed_batch=seed_batch)
     keys = [loop.seed_keys(s) for s in range(n_seeds)]
@@ -96,7 +102,7 @@ def phase_compile(a) -> dict:
     from dreamer_parity.candidate.config import AgentConfig
     from dreamer_parity.candidate.run import config_dict
 
-    cfg = AgentConfig.for_profile(a.profile)
+    cfg = AgentConfig.for_profile(a.profile, **_head_rows(a.head_rows))
     keys = [loop.seed_keys(s) for s in range(max(a.seeds))]
     stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
     jax.block_until_ready(stacked)
@@ -133,7 +139,8 @@ def phase_throughput(a) -> dict:
     out = {"throughput": {}}
     for n_seeds in a.seeds:
         jax, jnp, agent, loop, cfg, progs, stacked = _programs(
-            a.profile, n_seeds, a.rows, a.chunk_steps, seed_batch=_seed_batch(a.seed_batch))
+            a.profile, n_seeds, a.rows, a.chunk_steps, seed_batch=_seed_batch(a.seed_batch),
+            head_rows=a.head_rows)
         shape = jax.eval_shape(progs.init, stacked)
         chunk = progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
         carry = progs.init(stacked)
@@ -192,7 +199,8 @@ def _child(phase, a, cache) -> dict:
     cmd = [sys.executable, __file__, "--phase", phase, "--profile", a.profile,
            "--rows", str(a.rows), "--chunk-steps", str(a.chunk_steps),
            "--timed-chunks", str(a.timed_chunks), "--seeds", *map(str, a.seeds),
-           "--cache", str(cache), "--seed-batch", a.seed_batch] + (
+           "--cache", str(cache), "--seed-batch", a.seed_batch,
+           ] + (["--head-rows", str(a.head_rows)] if a.head_rows is not None else []) + (
                ["--no-flops"] if a.no_flops else [])
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     lines = [x for x in r.stdout.splitlines() if x.startswith("PHASE ")]
@@ -240,6 +248,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed-batch", default="auto",
                     help="how the seed vmap runs the train step: auto (loop default: one seed "
                          "at a time on CPU), all (batched), or seeds per group")
+    ap.add_argument("--head-rows", type=int, default=None,
+                    help="AgentConfig.head_rows: imagined rows per pass of the heads "
+                         "(default: the config's default)")
     ap.add_argument("--no-flops", action="store_true", help="skip the FLOP count (one compile)")
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cache", default=None, help=argparse.SUPPRESS)

@@ -1,5 +1,6 @@
 """Train and policy steps of the candidate at smoke widths: jit, vmap, draws, slow critic."""
 
+import dataclasses
 from functools import partial
 
 import jax
@@ -176,3 +177,27 @@ def test_bad_inputs_raise_before_compute():
         agent.train_step(CFG, state, batch, draws={**make_draws(0), "imag_action": np.zeros((H, N, 2))})
     with pytest.raises(ValueError, match="no key"):
         agent.train_step(CFG, state, batch)
+
+
+def test_head_rows_groups_rows_without_changing_the_update():
+    """``head_rows`` only groups the imagined rows the heads read (uneven groups included):
+    one update gives bitwise the same parameters and metrics.  A value above the number of
+    imagined rows means one pass; zero is refused."""
+    base = dataclasses.replace(CFG, imag_length=5)          # 6 imagined rows, cheap to compile
+    state = agent.init(jax.random.PRNGKey(0), base)
+    batch = make_batch(3)
+    key = jax.random.PRNGKey(5)
+    results = {}
+    for rows in (1, 4, 16):                                  # row by row, groups 4 + 2, one pass
+        cfg = dataclasses.replace(base, head_rows=rows)
+        new, _, m = jit(lambda s, b, k, cfg=cfg: agent.train_step(cfg, s, b, k))(state, batch, key)
+        results[rows] = (jax.tree.leaves(new["params"]), {k: float(v) for k, v in m.items()})
+    ref_leaves, ref_metrics = results[1]
+    _finite(ref_metrics)
+    for rows in (4, 16):
+        leaves, metrics = results[rows]
+        for a, b in zip(ref_leaves, leaves):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert metrics == ref_metrics, rows
+    with pytest.raises(ValueError, match="head_rows"):
+        dataclasses.replace(base, head_rows=0)

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import dists, heads, optim, rssm, twohot
 from .config import LOSS_TERMS, AgentConfig
-from .nets import feat_dense, symlog
+from .nets import symlog
 
 __all__ = ["XLA_CPU_OPTIONS", "AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
            "init_params", "lambda_return", "replay_return", "retnorm_update", "kl_losses"]
@@ -270,64 +270,71 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     prior = rssm.prior_logits(params["dyn"], cfg, deter)
     losses["dyn"], losses["rep"] = kl_losses(post, prior, cfg.free_nats)
 
-    # Imagination from every posterior state (agent.py:251-282); no gradient flows here.
-    # The 15 steps are unrolled (a rolled loop made XLA:CPU zero-fill the stacked outputs
-    # and copy them again to prepend the start state) and stacked once.
+    # Imagination from every posterior state (agent.py:251-282) and its annotation
+    # (agent.py:284-301).  No gradient flows into the world model here.  The 15 steps are
+    # unrolled.  The actor runs on each imagined row as soon as it exists: its logits both
+    # sample the row's action (through stop_gradient) and enter the actor loss.  The other
+    # heads read the rows in groups of ``cfg.head_rows`` (a speed setting; the products are
+    # the same): on the 2-core CPU, stacking all H+1 rows (33 MB of deter alone) and passing
+    # over (H+1, N, bins) arrays ran out of cache.  The first layers of the heads without
+    # gradient (reward, continue, slow critic) are one matmul per group.
     sp = sg(params)
-    s_deter = sg(deter).reshape(N, D)
-    s_stoch = sg(stoch).reshape(N, S, K)
-    a0 = _onehot_draw(heads.actor_logits(sp["actor"], cfg, s_deter, _flat(s_stoch)),
-                      noise["imag_action"][0])
-    traj = [(s_deter, s_stoch, a0)]
-    for h in range(H):
-        d, s, a = traj[-1]
-        d = rssm.gru(sp["dyn"], cfg, d, s, a)
-        s = _onehot_draw(rssm.prior_logits(sp["dyn"], cfg, d), noise["imag_stoch"][h])
-        a = _onehot_draw(heads.actor_logits(sp["actor"], cfg, d, _flat(s)),
-                         noise["imag_action"][h + 1])
-        traj.append((d, s, a))
-    t_deter = jnp.stack([t[0] for t in traj], 0)                        # (H+1,N,D)
-    t_stoch = _flat(jnp.stack([t[1] for t in traj], 0))                 # (H+1,N,S*K)
-    acts = jnp.stack([t[2] for t in traj], 0)                           # (H+1,N,A)
-
-    # Annotate (agent.py:284-301).  Every head reads the whole trajectory (H+1 rows) and the
-    # rows a head needs are sliced from its first hidden layer (64 wide) rather than from
-    # the 512-wide input; the first layers of the heads without gradient (reward, continue,
-    # slow critic) are one matmul.  (Fusing the actor's and the critic's first layers too
-    # made XLA:CPU build their joint gradient through a transposing copy 20x slower than
-    # the two separate ones.)
     mean = lambda logits: twohot.mean(logits, bins, cfg.decode)
-    h_rew, h_con, h_slow = heads.first_layers(
-        [sp["rew"]["h0"], sp["con"]["h0"], slow["h0"]], t_deter, t_stoch)
-    h_actor = feat_dense(params["actor"]["h0"], t_deter, t_stoch)
-    h_critic = feat_dense(params["critic"]["h0"], t_deter, t_stoch)
-    rew_logits = heads.out_logits(sp["rew"], heads.hidden_rest(
-        sp["rew"], h_rew[1:], cfg.rew_layers))                          # (H,N,bins)
-    rew = jnp.concatenate([reward.reshape(1, N), mean(rew_logits)], 0)
-    con = jnp.concatenate([cont.reshape(1, N), jax.nn.sigmoid(heads.out_logits(
-        sp["con"], heads.hidden_rest(sp["con"], h_con[1:], cfg.con_layers))[..., 0])], 0)
-    critic_l = heads.out_logits(params["critic"], heads.hidden_rest(
-        params["critic"], h_critic, cfg.critic_layers))                 # (H+1,N,bins)
-    val = sg(mean(critic_l))
-    slowval = mean(heads.out_logits(slow, heads.hidden_rest(
-        slow, h_slow[:H], cfg.critic_layers)))
+    d = sg(deter).reshape(N, D)
+    s = sg(stoch).reshape(N, S, K)
+    ds, ss, actor_ls, acts = [], [], [], []
+    for h in range(H + 1):
+        ds.append(d)
+        ss.append(_flat(s))
+        actor_ls.append(heads.actor_logits(params["actor"], cfg, d, ss[-1]))   # (N, A)
+        acts.append(_onehot_draw(sg(actor_ls[-1]), noise["imag_action"][h]))
+        if h < H:
+            d = rssm.gru(sp["dyn"], cfg, d, s, acts[-1])
+            s = _onehot_draw(rssm.prior_logits(sp["dyn"], cfg, d), noise["imag_stoch"][h])
+    rews, cons = [reward.reshape(1, N)], [cont.reshape(1, N)]
+    vals, slowvals, critic_ls, rew_ls = [], [], [], []
+    groups = [(lo, min(lo + cfg.head_rows, H + 1)) for lo in range(0, H + 1, cfg.head_rows)]
+    for lo, hi in groups:
+        gd, gs = jnp.stack(ds[lo:hi], 0), jnp.stack(ss[lo:hi], 0)      # (G, N, D), (G, N, S*K)
+        r0 = 1 if lo == 0 else 0                   # the reward and continue of rows 1..H
+        ns = min(hi, H) - lo                       # the slow critic of rows 0..H-1
+        nograd = ([sp["rew"]["h0"], sp["con"]["h0"]] if hi - lo > r0 else []) + (
+            [slow["h0"]] if ns > 0 else [])
+        first = heads.first_layers(nograd, gd, gs)
+        if hi - lo > r0:
+            r_l = heads.out_logits(sp["rew"], heads.hidden_rest(
+                sp["rew"], first[0][r0:], cfg.rew_layers))              # (G - r0, N, bins)
+            rew_ls.append(r_l)
+            rews.append(mean(r_l))
+            cons.append(jax.nn.sigmoid(heads.out_logits(sp["con"], heads.hidden_rest(
+                sp["con"], first[1][r0:], cfg.con_layers))[..., 0]))
+        if ns > 0:
+            slowvals.append(mean(heads.out_logits(slow, heads.hidden_rest(
+                slow, first[-1][:ns], cfg.critic_layers))))
+        critic_ls.append(heads.critic_logits(params["critic"], cfg, gd, gs))  # (G, N, bins)
+        vals.append(sg(mean(critic_ls[-1])))
+    rew = jnp.concatenate(rews, 0)                                      # (H+1, N)
+    con = jnp.concatenate(cons, 0)
+    val = jnp.concatenate(vals, 0)
+    slowval = jnp.concatenate(slowvals, 0)                              # (H, N)
+    acts = jnp.stack(acts, 0)                                           # (H+1, N, A)
     weight = jnp.cumprod(con, 0)
-    ret = lambda_return(rew, con, val, lam)                            # (H,N)
+    ret = lambda_return(rew, con, val, lam)                            # (H, N)
 
     # Return normaliser (jaxutils.py:301-395, impl perc), updated before use.
     retnorm, roffset, rscale = retnorm_update(retnorm, ret, cfg)
 
     # Actor (agent.py:312-321).
     adv = (ret - val[:H]) / rscale
-    actor_l = dists.unimix_logits(heads.out_logits(params["actor"], heads.hidden_rest(
-        params["actor"], h_actor[:H], cfg.actor_layers)), cfg.unimix)
+    actor_l = jnp.stack(actor_ls[:H], 0)                                # (H, N, A)
     logpi = dists.onehot_log_prob(actor_l, acts[:H])
     ent = dists.entropy(actor_l)
     losses["actor"] = sg(weight[:H]) * -(logpi * sg(adv) + cfg.actent * ent)
 
-    # Critic (agent.py:323-329).
-    losses["critic"] = sg(weight[:H]) * -twohot.log_prob_pair(
-        critic_l[:H], sg(ret), sg(slowval), cfg.slowreg, bins)
+    # Critic (agent.py:323-329), group by group on the (G, N, bins) logits.
+    losses["critic"] = sg(weight[:H]) * -jnp.concatenate([twohot.log_prob_pair(
+        c_l[:min(hi, H) - lo], sg(ret[lo:min(hi, H)]), sg(slowval[lo:min(hi, H)]),
+        cfg.slowreg, bins) for (lo, hi), c_l in zip(groups, critic_ls) if lo < H], 0)
 
     # Replay critic (agent.py:331-352): gradient into the world model.
     rc_l = heads.critic_logits(params["critic"], cfg, deter, stoch_flat)      # (B,T,bins)
@@ -368,8 +375,8 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     outs = {"deter": deter, "stoch": jnp.argmax(stoch, -1).astype(i32)}
     if internals:
         kl_dyn, kl_rep = kl_losses(post, prior, 0.0)
-        outs.update({"imag_rew": rew, "imag_val": val, "imag_rew_logits": rew_logits,
-                     "imag_val_logits": critic_l, "kl_dyn": kl_dyn, "kl_rep": kl_rep})
+        outs.update({"imag_rew": rew, "imag_val": val, "imag_rew_logits": jnp.concatenate(rew_ls, 0),
+                     "imag_val_logits": jnp.concatenate(critic_ls, 0), "kl_dyn": kl_dyn, "kl_rep": kl_rep})
     return total, (m, retnorm, outs)
 
 

@@ -84,11 +84,18 @@ class AgentConfig:
     actor_outscale: float = 0.01
     dec_outscale: float = 0.1
     loss_scales: Mapping[str, float] = field(default_factory=lambda: DEFAULT_LOSS_SCALES)
+    # speed only: imagined rows per pass of the reward, continue and critic heads
+    # (agent._loss); any positive value, imag_length + 1 or more meaning one pass over the
+    # stacked trajectory; bitwise the same update for every value.  8 keeps
+    # the cold compile near that of one stacked pass (16) and runs about as fast as 1-4
+    # (docs/PERFORMANCE.md, "The imagination heads in row groups")
+    head_rows: int = 8
 
     def __post_init__(self):
         for f in ("deter", "hidden", "stoch", "classes", "blocks", "units", "bins", "obs_dim",
                   "num_actions", "imag_length", "enc_layers", "dec_layers", "rew_layers",
-                  "con_layers", "actor_layers", "critic_layers", "img_layers", "obs_layers"):
+                  "con_layers", "actor_layers", "critic_layers", "img_layers", "obs_layers",
+                  "head_rows"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"AgentConfig.{f}: expected a positive integer, got {v!r}")
