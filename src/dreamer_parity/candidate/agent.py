@@ -276,7 +276,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     # sample the row's action (through stop_gradient) and enter the actor loss.  The other
     # heads read the rows in groups of ``cfg.head_rows`` (a speed setting; the products are
     # the same): on the 2-core CPU, stacking all H+1 rows (33 MB of deter alone) and passing
-    # over (H+1, N, bins) arrays was 20% slower (probably cache misses; not measured).  The
+    # over (H+1, N, bins) arrays was slower (docs/PERFORMANCE.md; the cause was not measured).  The
     # first layers of the heads without gradient (reward, continue, slow critic) are one
     # matmul per group.
     sp = sg(params)
