@@ -112,9 +112,7 @@ def phase_compile(a) -> dict:
         agent, cfg, config_dict(cfg), capacity=a.rows // NUM_ENVS, chunk_steps=a.chunk_steps,
         eval_episodes=10, example_keys=stacked, seed_batch=_seed_batch(a.seed_batch))
     t2 = time.perf_counter()
-    progs.init.lower(stacked).compile()
-    progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
-    progs.point.lower(shape).compile()
+    program_store.compile_all(progs, stacked, shape)
     t3 = time.perf_counter()
     return {"compile_s": t3 - t1, "programs_s": t2 - t1, "programs_source": info["source"],
             "xla_s": t3 - t2, "import_s": t_import}
@@ -174,12 +172,13 @@ def phase_throughput(a) -> dict:
               f"({t / u:.3f} s per vmapped update)", file=sys.stderr, flush=True)
         del carry
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    st = jax.eval_shape(lambda k: agent.init(k, cfg), jax.random.PRNGKey(0))
+    out["param_count"] = agent.param_count(st["params"])
 
     if a.no_flops:
         return out
     # FLOPs of one update of one seed (sample, train, write back)
     s = Schedule()
-    st = jax.eval_shape(lambda k: agent.init(k, cfg), jax.random.PRNGKey(0))
     from dreamer_parity.candidate import replay as replaylib
     rp = jax.eval_shape(lambda: replaylib.init(NUM_ENVS, a.rows // NUM_ENVS, cfg.deter,
                                                cfg.stoch, cfg.obs_dim))
@@ -191,7 +190,6 @@ def phase_throughput(a) -> dict:
     ca = comp.cost_analysis()
     ca = ca[0] if isinstance(ca, (list, tuple)) else ca
     out["xla_cost_analysis_flops"] = float(ca.get("flops", float("nan"))) if ca else None
-    out["param_count"] = int(agent.param_count(agent.init(jax.random.PRNGKey(0), cfg)["params"]))
     return out
 
 

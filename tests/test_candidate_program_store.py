@@ -69,6 +69,19 @@ def test_second_start_loads_from_the_store_and_computes_the_same(tmp_path):
     assert int(out_store[0]["updates"][0]) == 3 * CHUNK
 
 
+def test_compile_all_gives_executables_that_compute_the_same(tmp_path):
+    progs, shape, _ = _load(tmp_path)
+    compiled = program_store.compile_all(progs, _keys(2), shape)
+    assert all(isinstance(getattr(compiled, p), jax.stages.Compiled)
+               for p in program_store.PROGRAMS)
+    assert (compiled.metric_names, compiled.capacity, compiled.chunk_steps) == (
+        progs.metric_names, progs.capacity, progs.chunk_steps)
+    _same(_run_programs(compiled), _run_programs(progs))
+    # an executable takes only the lowered shapes
+    with pytest.raises(TypeError):
+        compiled.chunk(compiled.init(_keys(2)), jnp.zeros((CHUNK + 1,), jnp.int32))
+
+
 def test_unusable_entry_is_rebuilt(tmp_path):
     _, _, info = _load(tmp_path)
     (tmp_path / info["key"] / "chunk.bin").write_bytes(b"not a program")

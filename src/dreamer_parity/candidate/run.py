@@ -189,10 +189,8 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     progs, carry_shape, prog_info = program_store.load_or_build(
         agent, cfg, cfg_dict, capacity=total_steps, chunk_steps=chunk_steps,
         eval_episodes=params["eval_episodes"], example_keys=stacked, s=sched, log=_log)
-    init_c = progs.init.lower(stacked).compile()
-    counts0 = jnp.zeros((chunk_steps,), jnp.int32)
-    chunk_c = progs.chunk.lower(carry_shape, counts0).compile()
-    point_c = progs.point.lower(carry_shape).compile()
+    compiled = program_store.compile_all(progs, stacked, carry_shape)
+    init_c, chunk_c, point_c = compiled.init, compiled.chunk, compiled.point
     compile_s = time.perf_counter() - t0
     seed_batch = prog_info["seed_batch"]
     _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, "
