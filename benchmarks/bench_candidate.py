@@ -4,7 +4,7 @@ Usage (main venv)::
 
     python benchmarks/bench_candidate.py [--profile full] [--seeds 1 3] [--chunk-steps 3]
         [--timed-chunks 1] [--rows 24000] [--reference auto|none] [--reference-s-per-update S]
-        [--skip-cold]
+        [--skip-cold] [--one-device]
 
 Measures in one run:
 
@@ -14,7 +14,9 @@ Measures in one run:
    empty (**cold**) JAX persistent compilation cache and program store, then in a second
    fresh process with both **warm**; importing jax and the package is reported apart;
 2. seed-updates per second of the real loop program (``loop.build``; replay sized for
-   ``--rows`` rows) with 1 and 3 vmapped seeds: the 65 vector steps up to the gate row
+   ``--rows`` rows) with 1 and 3 vmapped seeds, laid out as the run lays them out (one
+   host device per seed on CPU, :mod:`dreamer_parity.candidate.seedmesh`; ``--one-device``
+   puts all seeds on one device as before): the 65 vector steps up to the gate row
    1040 are run first, then one warm-up chunk of ``--chunk-steps`` vector steps (8 updates
    each), then ``--timed-chunks`` timed chunks;
 3. peak resident memory of that process (``ru_maxrss``: on CPU the device memory is the
@@ -52,8 +54,12 @@ sys.path.insert(0, str(REPO / "src"))
 NUM_ENVS = 16
 
 
-def _setup_env(cache: str | None):
+def _setup_env(cache: str | None, seed_devices: int = 1):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # the run's layout: one host device per seed (candidate/seedmesh.py), asked for before
+    # jax starts; --one-device leaves XLA_FLAGS alone
+    from dreamer_parity.candidate import seedmesh
+    seedmesh.request_host_devices(seed_devices)
     if cache:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
         os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
@@ -75,19 +81,25 @@ def _head_rows(head_rows):
     return {} if head_rows is None else {"head_rows": head_rows}
 
 
+def _mesh(n_seeds, one_device: bool):
+    from dreamer_parity.candidate import seedmesh
+    return None if one_device else seedmesh.seed_mesh(n_seeds)
+
+
 def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10, seed_batch="auto",
-              head_rows=None):
+              head_rows=None, one_device=False):
     import jax
     import jax.numpy as jnp
 
-    from dreamer_parity.candidate import agent, loop
+    from dreamer_parity.candidate import agent, loop, seedmesh
     from dreamer_parity.candidate.config import AgentConfig
 
     cfg = AgentConfig.for_profile(profile, **_head_rows(head_rows))
+    mesh = _mesh(n_seeds, one_device)
     progs = loop.build(agent, cfg, capacity=rows // NUM_ENVS, chunk_steps=chunk_steps,
-                       eval_episodes=eval_episodes, seed_batch=seed_batch)
+                       eval_episodes=eval_episodes, seed_batch=seed_batch, mesh=mesh)
     keys = [loop.seed_keys(s) for s in range(n_seeds)]
-    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+    stacked = seedmesh.put_seeds({k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}, mesh)
     return jax, jnp, agent, loop, cfg, progs, stacked
 
 
@@ -98,19 +110,21 @@ def phase_compile(a) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from dreamer_parity.candidate import agent, loop, program_store
+    from dreamer_parity.candidate import agent, loop, program_store, seedmesh
     from dreamer_parity.candidate.config import AgentConfig
     from dreamer_parity.candidate.run import config_dict
 
     cfg = AgentConfig.for_profile(a.profile, **_head_rows(a.head_rows))
+    mesh = _mesh(max(a.seeds), a.one_device)
     keys = [loop.seed_keys(s) for s in range(max(a.seeds))]
-    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+    stacked = seedmesh.put_seeds({k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}, mesh)
     jax.block_until_ready(stacked)
     t_import = time.perf_counter() - t0
     t1 = time.perf_counter()
     progs, shape, info = program_store.load_or_build(
         agent, cfg, config_dict(cfg), capacity=a.rows // NUM_ENVS, chunk_steps=a.chunk_steps,
-        eval_episodes=10, example_keys=stacked, seed_batch=_seed_batch(a.seed_batch))
+        eval_episodes=10, example_keys=stacked, seed_batch=_seed_batch(a.seed_batch),
+        mesh=mesh)
     t2 = time.perf_counter()
     program_store.compile_all(progs, stacked, shape)
     t3 = time.perf_counter()
@@ -138,9 +152,11 @@ def phase_throughput(a) -> dict:
     for n_seeds in a.seeds:
         jax, jnp, agent, loop, cfg, progs, stacked = _programs(
             a.profile, n_seeds, a.rows, a.chunk_steps, seed_batch=_seed_batch(a.seed_batch),
-            head_rows=a.head_rows)
-        shape = jax.eval_shape(progs.init, stacked)
-        chunk = progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
+            head_rows=a.head_rows, one_device=a.one_device)
+        from dreamer_parity.candidate import seedmesh
+        put = lambda c: seedmesh.put_replicated(jnp.asarray(c, jnp.int32), progs.mesh)
+        shape = seedmesh.put_seeds(jax.eval_shape(progs.init, stacked), progs.mesh)
+        chunk = progs.chunk.lower(shape, put(jnp.zeros((a.chunk_steps,)))).compile()
         carry = progs.init(stacked)
         if n_seeds == 3:
             out["state_bytes_3_seeds"] = {
@@ -151,13 +167,13 @@ def phase_throughput(a) -> dict:
         step = 0
         while step < 65:   # up to and including the gate's vector step
             c = counts[step:step + a.chunk_steps]
-            carry, _ = chunk(carry, jnp.asarray(c, jnp.int32))
+            carry, _ = chunk(carry, put(c))
             step += a.chunk_steps
         times, cpu, updates = [], [], []
         for i in range(1 + a.timed_chunks):
             c = counts[step:step + a.chunk_steps]
             t0, c0 = time.perf_counter(), _cpu_s()
-            carry, ep = chunk(carry, jnp.asarray(c, jnp.int32))
+            carry, ep = chunk(carry, put(c))
             jax.block_until_ready(carry)
             times.append(time.perf_counter() - t0)
             cpu.append(_cpu_s() - c0)
@@ -198,7 +214,7 @@ def _child(phase, a, cache) -> dict:
            "--rows", str(a.rows), "--chunk-steps", str(a.chunk_steps),
            "--timed-chunks", str(a.timed_chunks), "--seeds", *map(str, a.seeds),
            "--cache", str(cache), "--seed-batch", a.seed_batch,
-           ] + (["--head-rows", str(a.head_rows)] if a.head_rows is not None else []) + (
+           ] + (["--one-device"] if a.one_device else []) + (["--head-rows", str(a.head_rows)] if a.head_rows is not None else []) + (
                ["--no-flops"] if a.no_flops else [])
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     lines = [x for x in r.stdout.splitlines() if x.startswith("PHASE ")]
@@ -243,6 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reference-s-per-update", type=float, default=None)
     ap.add_argument("--skip-cold", action="store_true",
                     help="skip the cold-cache compile; use the test suite's persistent cache")
+    ap.add_argument("--one-device", action="store_true",
+                    help="all seeds on one device (the layout before candidate/seedmesh.py)")
     ap.add_argument("--seed-batch", default="auto",
                     help="how the seed vmap runs the train step: auto (loop default: one seed "
                          "at a time on CPU), all (batched), or seeds per group")
@@ -257,7 +275,7 @@ def main(argv=None) -> int:
         ap.error("--rows must be a multiple of 16 covering the gate and the timed chunks")
 
     if a.phase:
-        _setup_env(a.cache)
+        _setup_env(a.cache, 1 if a.one_device else max(a.seeds))
         res = phase_compile(a) if a.phase == "compile" else phase_throughput(a)
         print("PHASE " + json.dumps(res))
         return 0

@@ -6,6 +6,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# host devices for the candidate's one-device-per-seed layout (candidate/seedmesh.py), as
+# the run's command line asks for them; single-device programs still run on device 0
+from dreamer_parity.candidate import seedmesh  # noqa: E402  (imports no jax)
+
+seedmesh.request_host_devices(4)
 _cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dreamer-parity" / "jaxcache-main"
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_cache))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")

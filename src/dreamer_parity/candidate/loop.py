@@ -35,7 +35,7 @@ from ..schedule import Schedule
 from . import env as envlib
 from . import evaluate as evallib
 from . import replay as replaylib
-from . import seedmap
+from . import seedmap, seedmesh
 
 __all__ = ["Programs", "build", "update_step", "compiler_options", "seed_keys", "metric_shapes",
            "train_step_fn", "seed_programs", "is_loss_metric", "field", "resolve_seed_batch",
@@ -110,6 +110,10 @@ class Programs:
     num_envs]`` arrays (``ended``, ``length``, ``score``, ``terminal``; the row index of
     an ended episode is the vector step's index + 1);
     ``point(carry)`` -> ``(carry, report)`` (see :func:`_point`).
+    ``mesh``: None (one device), or the :func:`.seedmesh.seed_mesh` the programs are
+    sharded over; then keys and carry are laid along its seed axis
+    (:func:`.seedmesh.put_seeds`) and ``counts`` replicated
+    (:func:`.seedmesh.put_replicated`).
     """
 
     init: Callable
@@ -118,6 +122,7 @@ class Programs:
     metric_names: tuple
     capacity: int
     chunk_steps: int
+    mesh: object = None
 
 
 def _init_seed(agent, cfg, s: Schedule, capacity: int, names, keys):
@@ -300,7 +305,7 @@ def resolve_seed_batch(seed_batch="auto") -> int | None:
 
 
 def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
-          s: Schedule = Schedule(), seed_batch="auto") -> Programs:
+          s: Schedule = Schedule(), seed_batch="auto", mesh=None) -> Programs:
     """Build the jitted, seed-vmapped programs of a run.
 
     Args:
@@ -313,15 +318,18 @@ def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
       s: the replay/ratio settings.
       seed_batch: seeds whose train steps run batched together (:func:`resolve_seed_batch`;
         ``"auto"``: one seed at a time on CPU, all at once elsewhere).
+      mesh: None, or a :func:`.seedmesh.seed_mesh`: the programs then run each seed on
+        its own device (:func:`.seedmesh.shard_seeds`).
 
     Returns:
       :class:`Programs`.  ``chunk`` and ``point`` donate the carry and are compiled with
       :func:`compiler_options`; ``init`` with :func:`init_compiler_options`.
     """
     fns, names = seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s, seed_batch)
+    fns = seedmesh.shard_seeds(fns, mesh)
     opts = compiler_options(agent)
     return Programs(
         init=jax.jit(fns["init"], compiler_options=init_compiler_options()),
         chunk=jax.jit(fns["chunk"], donate_argnums=0, compiler_options=opts),
         point=jax.jit(fns["point"], donate_argnums=0, compiler_options=opts),
-        metric_names=names, capacity=capacity, chunk_steps=chunk_steps)
+        metric_names=names, capacity=capacity, chunk_steps=chunk_steps, mesh=mesh)

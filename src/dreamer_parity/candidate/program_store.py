@@ -48,6 +48,7 @@ from jax import export
 from ..schedule import Schedule
 from . import checkpoint as ckptlib
 from . import loop as looplib
+from . import seedmesh
 
 __all__ = ["default_root", "program_key", "load_or_build", "compile_all",
            "use_compilation_cache", "ProgramStoreError", "PROGRAMS"]
@@ -93,7 +94,7 @@ def use_compilation_cache() -> str:
 
 def program_key(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_episodes: int,
                 n_seeds: int, s: Schedule, compiler_options: dict | None,
-                seed_batch: int | None = None) -> str:
+                seed_batch: int | None = None, seed_devices: int = 1) -> str:
     """16 hex digits identifying the programs (see the module docstring)."""
     agent_file = getattr(agent, "__file__", None)
     blob = json.dumps({
@@ -104,6 +105,7 @@ def program_key(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_epi
         "seeds": n_seeds, "schedule": dataclasses.asdict(s),
         "jax": jax.__version__, "jaxlib": jaxlib.__version__, "backend": jax.default_backend(),
         "compiler_options": compiler_options or {}, "seed_batch": seed_batch,
+        "seed_devices": seed_devices,
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -128,8 +130,9 @@ def _tree_call(exported, in_tree, out_tree, name: str):
     return f
 
 
-def _wrap(exported: dict, trees: dict, opts) -> dict:
-    call = {p: _tree_call(exported[p], *trees[p], p) for p in PROGRAMS}
+def _wrap(exported: dict, trees: dict, opts, mesh=None) -> dict:
+    call = seedmesh.shard_seeds({p: _tree_call(exported[p], *trees[p], p) for p in PROGRAMS},
+                                mesh)
     return {"init": jax.jit(call["init"], compiler_options=looplib.init_compiler_options()),
             "chunk": jax.jit(call["chunk"], donate_argnums=0, compiler_options=opts),
             "point": jax.jit(call["point"], donate_argnums=0, compiler_options=opts)}
@@ -151,8 +154,14 @@ def _load(entry: Path) -> tuple[dict, dict, dict]:
     return exported, trees, meta
 
 
-def _shapes(tree, avals):
-    return jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
+def _shapes(tree, avals, mesh=None):
+    """The pytree ``tree`` of ShapeDtypeStructs of ``avals``; with a mesh, the avals are
+    one device's block (one seed) and the result is the whole seed axis, laid along it."""
+    n = 1 if mesh is None else mesh.devices.size
+    structs = [jax.ShapeDtypeStruct((a.shape[0] * n,) + tuple(a.shape[1:]), a.dtype)
+               for a in avals]
+    out = jax.tree.unflatten(tree, structs)
+    return out if mesh is None else seedmesh.put_seeds(out, mesh)
 
 
 def _export(agent, cfg, capacity, chunk_steps, eval_episodes, s, example_keys, seed_batch):
@@ -201,7 +210,7 @@ def _save(root: Path, key: str, exported: dict, trees: dict, meta: dict) -> dict
 
 def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
                   eval_episodes: int, example_keys: dict, s: Schedule = Schedule(),
-                  root: Path | None = None, log=None, seed_batch="auto"):
+                  root: Path | None = None, log=None, seed_batch="auto", mesh=None):
     """The run's jitted programs, from the store when it holds them, else exported now.
 
     Args:
@@ -213,18 +222,22 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
       root: store directory (default :func:`default_root`).
       log: optional ``callable(str)`` for one line saying where the programs came from.
       seed_batch: as :func:`.loop.build` (resolved before it enters the key).
+      mesh: None, or a :func:`.seedmesh.seed_mesh` with one device per seed: the store
+        then holds the one-seed programs, and the returned ones run them on every device
+        (:func:`.seedmesh.shard_seeds`).
 
     Returns:
       ``(programs, carry_shape, info)``: a :class:`.loop.Programs` whose ``init``, ``chunk``
       and ``point`` are ``jax.jit`` wrappers of the deserialised programs (``chunk`` and
       ``point`` donate the carry and carry :func:`.loop.compiler_options`); the carry's
-      pytree of ``jax.ShapeDtypeStruct``; and ``{"key", "source": "store" | "built",
+      pytree of ``jax.ShapeDtypeStruct`` (laid along the mesh's seed axis when there is
+      one); and ``{"key", "source": "store" | "built",
       "seconds", "seed_batch"}`` (seconds to load or to trace, export and store; the
       resolved ``seed_batch`` the programs were built with).
 
     Raises:
-      ValueError: ``seed_batch`` is neither ``"auto"``, None nor a positive integer (before
-        anything is traced); a returned program called with arguments whose pytree differs
+      ValueError: ``seed_batch`` is neither ``"auto"``, None nor a positive integer, or
+        ``mesh`` has another device count than there are seeds (before anything is traced); a returned program called with arguments whose pytree differs
         from the stored one (``program <name>: arguments ...``).
       Whatever tracing the agent raises; an unusable store entry is rebuilt, not raised.
     """
@@ -233,8 +246,13 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
     n_seeds = int(jax.tree.leaves(example_keys)[0].shape[0])
     opts = looplib.compiler_options(agent)
     seed_batch = looplib.resolve_seed_batch(seed_batch)
+    devices = 1 if mesh is None else int(mesh.devices.size)
+    if mesh is not None and devices != n_seeds:
+        raise ValueError(f"load_or_build: the mesh has {devices} devices for {n_seeds} seeds "
+                         f"(one device per seed)")
     key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s,
-                      {**(opts or {}), "init": looplib.init_compiler_options()}, seed_batch)
+                      {**(opts or {}), "init": looplib.init_compiler_options()}, seed_batch,
+                      seed_devices=devices)
     entry = root / key
     exported = trees = meta = None
     source = "built"
@@ -246,16 +264,19 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
             if log:
                 log(f"program store entry unusable, rebuilding: {e}")
     if exported is None:
+        # with a mesh, each device runs the program of one seed
+        local_keys = example_keys if mesh is None else jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((1,) + tuple(x.shape[1:]), x.dtype), example_keys)
         exported, trees, meta = _export(agent, cfg, capacity, chunk_steps, eval_episodes, s,
-                                        example_keys, seed_batch)
+                                        local_keys, seed_batch)
         blobs = _save(root, key, exported, trees, meta)
         # Run what a later start will load: the serialised programs, read back.
         exported = {p: export.deserialize(bytearray(blobs[p])) for p in PROGRAMS}
-    fns = _wrap(exported, trees, opts)
+    fns = _wrap(exported, trees, opts, mesh)
     progs = looplib.Programs(init=fns["init"], chunk=fns["chunk"], point=fns["point"],
                              metric_names=tuple(meta["metric_names"]), capacity=capacity,
-                             chunk_steps=chunk_steps)
-    carry_shape = _shapes(trees["init"][1], exported["init"].out_avals)
+                             chunk_steps=chunk_steps, mesh=mesh)
+    carry_shape = _shapes(trees["init"][1], exported["init"].out_avals, mesh)
     seconds = time.perf_counter() - t0
     if log:
         log(f"programs {'loaded from the store' if source == 'store' else 'traced and stored'}"
@@ -277,7 +298,7 @@ def compile_all(progs, example_keys, carry_shape) -> looplib.Programs:
       progs: :class:`.loop.Programs` from :func:`load_or_build` (or :func:`.loop.build`).
       example_keys: the stacked seed keys ``init`` takes (arrays or ShapeDtypeStructs).
       carry_shape: the carry's pytree of ``jax.ShapeDtypeStruct`` (from
-        :func:`load_or_build`).
+        :func:`load_or_build`; laid along ``progs.mesh`` when it has one).
 
     Returns:
       A :class:`.loop.Programs` with the same static settings whose ``init``, ``chunk`` and
@@ -287,7 +308,10 @@ def compile_all(progs, example_keys, carry_shape) -> looplib.Programs:
     Raises:
       Whatever lowering or compiling raises, for the first program that failed.
     """
-    counts = jax.ShapeDtypeStruct((progs.chunk_steps,), jax.numpy.int32)
+    counts = seedmesh.put_replicated(
+        jax.ShapeDtypeStruct((progs.chunk_steps,), jax.numpy.int32), progs.mesh)
+    example_keys = seedmesh.put_seeds(
+        jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), example_keys), progs.mesh)
     lowered = {"init": progs.init.lower(example_keys),
                "chunk": progs.chunk.lower(carry_shape, counts),
                "point": progs.point.lower(carry_shape)}

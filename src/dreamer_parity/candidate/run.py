@@ -7,7 +7,8 @@ Command line (the DVC stage)::
 
 The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
 is imported or compiled.  All seeds run in one vmapped, jitted program
-(:mod:`dreamer_parity.candidate.loop`).  At every evaluation point the records are built
+(:mod:`dreamer_parity.candidate.loop`); on CPU the command asks XLA for one host device per
+seed and the program runs each seed on its own device (:mod:`.seedmesh`).  At every evaluation point the records are built
 on the host and a checkpoint is written to ``<work-dir>/<key>/``
 (:mod:`dreamer_parity.candidate.checkpoint`); a killed run started again with the same
 parameters and code resumes from it and writes the same records.  Only when the run
@@ -155,7 +156,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     from ..schedule import Schedule, per_vector_step
     from . import checkpoint as ckptlib
     from . import loop as looplib
-    from . import program_store, recording
+    from . import program_store, recording, seedmesh
 
     sched = Schedule()
     seeds = list(params["seeds"])
@@ -173,7 +174,10 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
                                        for p in paramslib.eval_points(params)],
                     chunk_steps=chunk_steps)
     agent_file = getattr(agent, "__file__", None)
+    # the seed layout changes float32 rounding (candidate/seedmesh.py): part of the key
+    mesh = seedmesh.seed_mesh(len(seeds))
     key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
+                          extra={"seed_devices": 1 if mesh is None else len(seeds)},
                           agent_file=agent_file)
     ckdir = Path(work_dir) / key
     for s in seeds:   # stale completion markers must not make this run look finished
@@ -182,25 +186,27 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
             stale.unlink()
 
     keys = [looplib.seed_keys(s) for s in seeds]
-    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+    stacked = seedmesh.put_seeds({k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}, mesh)
 
     t0 = time.perf_counter()
     program_store.use_compilation_cache()
     progs, carry_shape, prog_info = program_store.load_or_build(
         agent, cfg, cfg_dict, capacity=total_steps, chunk_steps=chunk_steps,
-        eval_episodes=params["eval_episodes"], example_keys=stacked, s=sched, log=_log)
+        eval_episodes=params["eval_episodes"], example_keys=stacked, s=sched, log=_log,
+        mesh=mesh)
     compiled = program_store.compile_all(progs, stacked, carry_shape)
     init_c, chunk_c, point_c = compiled.init, compiled.chunk, compiled.point
     compile_s = time.perf_counter() - t0
     seed_batch = prog_info["seed_batch"]
     _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, "
+         f"{'one device per seed' if mesh is not None else 'one device'}, "
          f"{'batched' if seed_batch is None else f'train step {seed_batch} seed(s) at a time'}, "
          f"{chunk_steps} vector steps per chunk, key {key})")
 
     loaded = ckptlib.load(ckdir, carry_shape) if ckdir.exists() else None
     if loaded is not None:
         carry_np, host = loaded
-        carry = jax.tree.map(jnp.asarray, carry_np)
+        carry = seedmesh.put_seeds(carry_np, mesh)
         resumed = host["chunk"] * chunk_steps * NUM_ENVS
         _log(f"resuming from the checkpoint at rows {resumed} (key {key})")
     else:
@@ -218,7 +224,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     stopped = False
     for c in range(start_chunk, n_chunks):
         first = c * chunk_steps
-        counts = jnp.asarray(counts_all[first:first + chunk_steps])
+        counts = seedmesh.put_replicated(counts_all[first:first + chunk_steps], mesh)
         carry, ep = chunk_c(carry, counts)
         ep = jax.device_get(ep)
         for i, s in enumerate(seeds):
@@ -247,7 +253,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
                          if host["records"][str(s)]})
         points_done += 1
         if "after_point" in hooks:
-            carry = hooks["after_point"](carry, c // chunks_per_point)
+            carry = seedmesh.put_seeds(hooks["after_point"](carry, c // chunks_per_point), mesh)
         if hooks.get("stop_after_points") and points_done >= hooks["stop_after_points"]:
             stopped = True
             break
@@ -261,6 +267,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
         "seed_updates_per_s": ran_updates * len(seeds) / loop_s if loop_s > 0 else None,
         "resumed_from_rows": resumed, "seeds": len(seeds),
         "backend": jax.default_backend(), "seed_batch": seed_batch,
+        "seed_devices": 1 if mesh is None else len(seeds),
     }
     result = {"key": key, "resumed_from_rows": resumed, "records": host["records"],
               "episodes": host["episodes"], "failed": dict(host["failed"]), "timing": timing,
@@ -312,6 +319,9 @@ def main(argv=None) -> int:
     except (paramslib.ParamsError, RunParamsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # one host device per seed (candidate/seedmesh.py), before jax starts its CPU backend
+    from . import seedmesh
+    seedmesh.request_host_devices(len(params["seeds"]))
     from ..provenance import REPO_ROOT, relative_to_roots
     roots = {"repo": REPO_ROOT, "cwd": Path.cwd()}
     run(params, args.out, args.work_dir,
