@@ -214,7 +214,8 @@ def _child(phase, a, cache) -> dict:
            "--rows", str(a.rows), "--chunk-steps", str(a.chunk_steps),
            "--timed-chunks", str(a.timed_chunks), "--seeds", *map(str, a.seeds),
            "--cache", str(cache), "--seed-batch", a.seed_batch,
-           ] + (["--one-device"] if a.one_device else []) + (["--head-rows", str(a.head_rows)] if a.head_rows is not None else []) + (
+           ] + (["--one-device"] if a.one_device else []) + (
+               ["--head-rows", str(a.head_rows)] if a.head_rows is not None else []) + (
                ["--no-flops"] if a.no_flops else [])
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     lines = [x for x in r.stdout.splitlines() if x.startswith("PHASE ")]

@@ -237,8 +237,9 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
 
     Raises:
       ValueError: ``seed_batch`` is neither ``"auto"``, None nor a positive integer, or
-        ``mesh`` has another device count than there are seeds (before anything is traced); a returned program called with arguments whose pytree differs
-        from the stored one (``program <name>: arguments ...``).
+        ``mesh`` has another device count than there are seeds (before anything is
+        traced); a returned program called with arguments whose pytree differs from the
+        stored one (``program <name>: arguments ...``).
       Whatever tracing the agent raises; an unusable store entry is rebuilt, not raised.
     """
     t0 = time.perf_counter()
@@ -289,10 +290,10 @@ def compile_all(progs, example_keys, carry_shape) -> looplib.Programs:
     """Lower the three programs of ``progs`` and XLA-compile them at the same time.
 
     XLA:CPU compiles the chunk program on about 1.6 of the 2 cores of the machines
-    measured; compiling ``init`` and ``point`` in threads beside it took the cold compile
-    of the full profile's three programs from 38.3 to 35.2-35.9 s (docs/PERFORMANCE.md).
-    Lowering runs first, in the calling thread (it traces nothing for a program from
-    :func:`load_or_build`: the exported module is only wrapped).
+    measured; compiling ``init`` and ``point`` in threads beside it took the XLA part of
+    the full profile's cold compile from 38.3 to 35.2-35.9 s (docs/PERFORMANCE.md).
+    Lowering runs first, in the calling thread (for a program from :func:`load_or_build`
+    it traces only the wrapper around the exported module, not the agent).
 
     Args:
       progs: :class:`.loop.Programs` from :func:`load_or_build` (or :func:`.loop.build`).
