@@ -122,6 +122,7 @@ def _trace_step(a):
     step = jax.jit(jax.vmap(partial(train_step, cfg)), compiler_options=XLA_CPU_OPTIONS)
     t0 = time.perf_counter()
     compiled = step.lower(states, batches, keys).compile()
+    _dump_hlo(compiled, a.dump_hlo)
     print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
     for _ in range(2):
         states, outs, m = compiled(states, batches, keys)
@@ -136,6 +137,14 @@ def _trace_step(a):
                 walls.append(time.perf_counter() - t0)
         events = op_events(tmp)
     return events, walls, a.updates
+
+
+def _dump_hlo(compiled, path):
+    """Write the optimised HLO text of ``compiled`` to ``path`` (None: nothing), so that
+    the op names of the profile can be looked up."""
+    if path:
+        Path(path).write_text(compiled.as_text())
+        print(f"optimised HLO written to {path}", flush=True)
 
 
 def _trace_loop(a):
@@ -155,6 +164,7 @@ def _trace_loop(a):
     t0 = time.perf_counter()
     chunk = progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
     print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
+    _dump_hlo(chunk, a.dump_hlo)
     carry = progs.init(stacked)
     counts = per_vector_step(65 + 3 * a.chunk_steps)
     step = 0
@@ -181,6 +191,8 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--loop", action="store_true",
                     help="profile the run's chunk program (loop.build) instead of the step")
+    ap.add_argument("--dump-hlo", default=None, metavar="PATH",
+                    help="write the profiled program's optimised HLO text to PATH")
     ap.add_argument("--chunk-steps", type=int, default=3,
                     help="vector steps per chunk with --loop (8 vector steps give 64 updates)")
     a = ap.parse_args(argv)

@@ -85,3 +85,39 @@ def test_train_step_one_seed_at_a_time_equals_vmapped_smoke():
         u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
         assert u.shape == v.shape and np.all(np.isfinite(u)) and np.all(np.isfinite(v))
         np.testing.assert_allclose(v, u, rtol=1e-4, atol=1e-6)
+
+
+def test_over_seeds_squeezes_a_single_seed_and_vmaps_several():
+    x, y = _args(seeds=1)
+    c = jnp.float32(2.0)
+    f = lambda x, y, c: {"z": _f(x, y)["z"] * c, "n": _f(x, y)["n"]}
+    g = seedmap.over_seeds(f, in_axes=(0, 0, None))
+    got = jax.jit(g)(x, y, c)
+    want = jax.jit(f)(x[0], {"w": y["w"][0]}, c)
+    assert got["z"].shape == (1, 5, 7) and got["n"].shape == (1,)
+    np.testing.assert_array_equal(np.asarray(got["z"][0]), np.asarray(want["z"]))
+    np.testing.assert_array_equal(np.asarray(got["n"][0]), np.asarray(want["n"]))
+    # one seed: no batched op in the program (the vmap is not traced at all)
+    jaxpr = jax.make_jaxpr(g)(x, y, c)
+    dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"]
+    assert dots and all(e.params["dimension_numbers"][1] == ((), ()) for e in dots)
+    # several seeds: plain jax.vmap, batched dots
+    x3, y3 = _args(seeds=3)
+    got3 = jax.jit(g)(x3, y3, c)
+    want3 = jax.jit(jax.vmap(f, in_axes=(0, 0, None)))(x3, y3, c)
+    np.testing.assert_array_equal(np.asarray(got3["z"]), np.asarray(want3["z"]))
+    dots3 = [e for e in jax.make_jaxpr(g)(x3, y3, c).jaxpr.eqns
+             if e.primitive.name == "dot_general"]
+    assert dots3 and all(e.params["dimension_numbers"][1] != ((), ()) for e in dots3)
+    # squeeze_single=False keeps the size-1 vmap (batched dots of batch 1)
+    g1 = seedmap.over_seeds(f, in_axes=(0, 0, None), squeeze_single=False)
+    dots1 = [e for e in jax.make_jaxpr(g1)(x, y, c).jaxpr.eqns
+             if e.primitive.name == "dot_general"]
+    assert dots1 and all(e.params["dimension_numbers"][1] != ((), ()) for e in dots1)
+
+
+def test_over_seeds_refuses_in_axes_of_the_wrong_length():
+    x, y = _args(seeds=1)
+    g = seedmap.over_seeds(_f, in_axes=(0, 0, None))
+    with pytest.raises(ValueError, match="in_axes has 3 entries for 2 arguments"):
+        g(x, y)

@@ -291,8 +291,9 @@ def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: in
     def point_seed(carry):
         return _point(agent, cfg, eval_episodes, carry)
 
-    fns = {"init": jax.vmap(init_seed), "chunk": jax.vmap(chunk_seed, in_axes=(0, None)),
-           "point": jax.vmap(point_seed)}
+    fns = {"init": seedmap.over_seeds(init_seed),
+           "chunk": seedmap.over_seeds(chunk_seed, in_axes=(0, None)),
+           "point": seedmap.over_seeds(point_seed)}
     return fns, names
 
 
