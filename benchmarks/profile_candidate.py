@@ -3,6 +3,7 @@
     XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
         .venv/bin/python benchmarks/profile_candidate.py [--profile full] [--seeds 3] [--updates 3]
                                                          [--loop] [--chunk-steps 3]
+                                                         [--dump-hlo PATH]
 
 Without ``--loop`` it compiles ``jit(vmap(agent.train_step))`` (plain vmap: with
 ``--seeds`` above 1 this is the batched program, not the run's one-seed-at-a-time loop of
@@ -17,6 +18,10 @@ temporary buffers live inside one executable call, so their pages are touched on
 chunk rather than once per update as in the isolated step; the isolated step's large
 copies (the stacked imagination trajectory) look several times dearer than they are in
 the run.
+
+``--dump-hlo PATH`` writes the profiled program's optimised HLO text, where the op names
+of the profile (``dot_general.3008``, ...) can be looked up with their shapes and the jax
+source line in their ``metadata``.
 
 Prints, per update: wall seconds, total op seconds (summed over
 threads), the top ops, and the op seconds grouped by kind (dot/matmul custom calls, fusions,
