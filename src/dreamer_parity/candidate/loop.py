@@ -273,7 +273,11 @@ def init_compiler_options() -> dict | None:
 
 def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
                   s: Schedule = Schedule(), seed_batch="auto") -> tuple[dict, tuple]:
-    """The seed-vmapped functions of a run, not yet jitted, and the metric names.
+    """The functions of a run mapped over seeds, not yet jitted, and the metric names.
+
+    Each is :func:`.seedmap.over_seeds` of the one-seed function: ``jax.vmap`` over the
+    leading seed axis, or the one-seed function itself when that axis has size 1 (one
+    seed per program, as on each device of a :mod:`.seedmesh` mesh).
 
     Returns ``({"init": f, "chunk": f, "point": f}, metric_names)``; the arguments are
     those of :func:`build`, which jits them.  :mod:`.program_store` exports them instead.

@@ -1,6 +1,10 @@
-"""How the seed vmap executes the train step: batched, or one seed after another.
+"""How the run's programs map over seeds: unbatched, batched, or one seed after another.
 
-The run's programs are ``jax.vmap`` over seeds (:mod:`.loop`).  By default ``vmap`` turns
+:func:`over_seeds` maps the one-seed functions of :mod:`.loop` over the leading seed axis:
+with ``jax.vmap``, or, when the axis has size 1 (each device of the seed mesh,
+:mod:`.seedmesh`, or a one-seed run), by calling the one-seed function itself.
+
+Several seeds in one program are ``jax.vmap``ped.  By default ``vmap`` turns
 every matmul of the train step into a batched matmul over the seed axis.  XLA:CPU runs those
 less efficiently than the same matmuls one seed at a time: on the 2-core machine the train
 step of 3 seeds took 3.52 s batched against 2.98 s one seed after another (measured side by
