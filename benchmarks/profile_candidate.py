@@ -127,8 +127,8 @@ def _trace_step(a):
     step = jax.jit(jax.vmap(partial(train_step, cfg)), compiler_options=XLA_CPU_OPTIONS)
     t0 = time.perf_counter()
     compiled = step.lower(states, batches, keys).compile()
-    _dump_hlo(compiled, a.dump_hlo)
     print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
+    _dump_hlo(compiled, a.dump_hlo)
     for _ in range(2):
         states, outs, m = compiled(states, batches, keys)
         jax.block_until_ready(states)

@@ -90,14 +90,13 @@ def per_seed(fn, seed_batch: int | None):
     return wrapped
 
 
-def over_seeds(fn, in_axes=0, squeeze_single: bool = True):
+def over_seeds(fn, in_axes=0):
     """``jax.vmap(fn, in_axes)``, except that a seed axis of size 1 runs ``fn`` unbatched.
 
     Args:
       fn: a pure function of positional pytree arguments.
       in_axes: an int or None for every argument, or a tuple with one per argument
         (int: the seed axis of every leaf of that argument; None: not mapped).
-      squeeze_single: False keeps ``jax.vmap`` for every size (for A/B timings).
 
     Returns:
       A function of the same arguments.  When every mapped leaf has size 1 along its
@@ -107,8 +106,9 @@ def over_seeds(fn, in_axes=0, squeeze_single: bool = True):
       ``jax.vmap``, batched along axis 0.  A size-1 ``vmap`` makes every op a batched op of
       batch 1 and, with :func:`per_seed`, wraps the train step in a one-trip loop.  At the
       full profile on the 2-core machine (3 seeds, one per device) the unbatched chunk
-      program compiled in 35.4-37.5 s against 45.9-49.4 s, and ran 0.420 against 0.445 s
-      per seed-update (one process, alternated; docs/PERFORMANCE.md).
+      program compiled in 35.4 s against 45.9 s for the size-1 ``vmap`` with that loop, and
+      ran 0.420 against 0.445 s per seed-update (one process, alternated;
+      docs/PERFORMANCE.md).
 
     Raises:
       ValueError: ``in_axes`` is a tuple whose length differs from the argument count
@@ -123,7 +123,7 @@ def over_seeds(fn, in_axes=0, squeeze_single: bool = True):
                              f"{len(args)} arguments")
         sizes = {leaf.shape[ax] for a, ax in zip(args, axes) if ax is not None
                  for leaf in jax.tree.leaves(a)}
-        if not (squeeze_single and sizes == {1}):
+        if sizes != {1}:
             return vmapped(*args)
         one = [a if ax is None else jax.tree.map(lambda x, ax=ax: jnp.squeeze(x, ax), a)
                for a, ax in zip(args, axes)]

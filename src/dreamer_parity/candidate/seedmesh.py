@@ -14,11 +14,14 @@ alternated; docs/PERFORMANCE.md).
 it does not apply: another backend (a GPU batches the seeds instead, :mod:`.seedmap`), one
 seed, or fewer host devices than seeds (XLA_FLAGS is read once, when jax starts its CPU
 backend, so :func:`request_host_devices` must run before that).  :func:`shard_seeds` wraps
-the run's seed-vmapped functions in ``jax.shard_map`` over that mesh: each device runs
-the program of its own seed, and no data moves between devices.  The numbers are those of
-a one-seed program, which XLA compiles with other fusion and rounding choices than the
-one-device program of several seeds: after 81 vector steps at the full profile the
-parameters of the two differed by at most 6.7e-4 (float32 rounding, amplified by training).
+the run's functions mapped over seeds in ``jax.shard_map`` over that mesh: each device runs
+the program of its own seed (the plain one-seed program, :func:`.seedmap.over_seeds`), and
+no data moves between devices.  The numbers are those of a one-seed program, which XLA
+compiles with other fusion and rounding choices than the one-device program of several
+seeds: after 81 vector steps at the full profile the parameters of the two differed by at
+most 6.7e-4 (float32 rounding, amplified by training; measured when each device still ran
+a size-1 vmap, whose parameters differ from the plain one-seed program's by at most 5.9e-5).
+The figures above are of that size-1 vmap too (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
