@@ -248,6 +248,78 @@ def test_unimix_and_straight_through():
     assert np.argmax(np.asarray(s), -1).tolist() == [0, 1, 2]
 
 
+def _np_dense(p, x, act=True):
+    y = x @ np.float64(p["kernel"]) + np.float64(p["bias"])
+    if "scale" in p:
+        y = y / np.sqrt((y * y).mean(-1, keepdims=True) + 1e-4) * np.float64(p["scale"])
+    return y / (1 + np.exp(-y)) if act else y
+
+
+def _np_observe_step(p, cfg, deter, stoch, action, embed, is_first):
+    """The reference's posterior step (nets.py:53-76, 151-173) in float64 numpy, written
+    literally: reset, the block input [deter block k, x] concatenated for every block, one
+    matmul per block, RMSNorm over all D, the gates, then obs0 on concat(deter, embed)."""
+    keep = 1 - np.float64(is_first)[:, None]
+    deter, stoch, action = deter * keep, stoch.reshape(len(deter), -1) * keep, action * keep
+    g, D = cfg.blocks, cfg.deter
+    Dg = D // g
+    x = np.concatenate([_np_dense(p["dynin0"], deter), _np_dense(p["dynin1"], stoch),
+                        _np_dense(p["dynin2"], action)], -1)
+    k0, kc = np.float64(p["dyn0"]["kernel"]), np.float64(p["dyncore"]["kernel"])
+    y = np.concatenate([np.concatenate([deter[:, i * Dg:(i + 1) * Dg], x], -1) @ k0[i]
+                        for i in range(g)], -1) + np.float64(p["dyn0"]["bias"])
+    y = y / np.sqrt((y * y).mean(-1, keepdims=True) + 1e-4) * np.float64(p["dyn0"]["scale"])
+    y = y / (1 + np.exp(-y))
+    z = np.stack([y[:, i * Dg:(i + 1) * Dg] @ kc[i] for i in range(g)], 1)
+    z = z + np.float64(p["dyncore"]["bias"]).reshape(g, 3 * Dg)
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    r = sig(z[..., :Dg])
+    c = np.tanh(r * z[..., Dg:2 * Dg])
+    u = sig(z[..., 2 * Dg:] - 1)
+    new = (u * c + (1 - u) * deter.reshape(-1, g, Dg)).reshape(-1, D)
+    h = _np_dense(p["obs0"], np.concatenate([new, embed], -1))
+    for i in range(1, cfg.obs_layers):
+        h = _np_dense(p[f"obs{i}"], h)
+    return new, _np_dense(p["obslogit"], h, act=False).reshape(-1, cfg.stoch, cfg.classes)
+
+
+def test_observe_step_with_hoisted_inputs_equals_the_literal_block_gru():
+    from dreamer_parity.candidate import rssm
+    cfg = AgentConfig.for_profile("smoke")
+    p = rssm.init_params(jax.random.PRNGKey(3), cfg)
+    p = jax.tree_util.tree_map(                         # non-zero biases, non-unit scales
+        lambda a: a + 0.3 * jax.random.normal(jax.random.PRNGKey(a.size), a.shape), p)
+    B, D, S, K, A = 5, cfg.deter, cfg.stoch, cfg.classes, cfg.num_actions
+    ks = jax.random.split(jax.random.PRNGKey(4), 4)
+    deter = jax.random.normal(ks[0], (B, D))
+    stoch = jax.nn.one_hot(jax.random.randint(ks[1], (B, S), 0, K), K)
+    action = jax.nn.one_hot(jnp.array([0, 1, 1, 0, 1]), A)
+    embed = jax.random.normal(ks[2], (B, cfg.units))
+    is_first = jnp.array([False, True, False, False, True])
+    want_deter, want_raw = _np_observe_step(p, cfg, np.float64(deter), np.float64(stoch),
+                                            np.float64(action), np.float64(embed), is_first)
+    xa, ea = rssm.observe_inputs(p, cfg, action, embed, is_first)
+    assert xa.shape == (B, D) and ea.shape == (B, cfg.hidden)
+    got_deter, got_stoch, got_logit = jax.jit(
+        lambda *a: rssm.observe_step(p, cfg, *a))(deter, stoch, xa, ea, is_first,
+                                                  jnp.full((B, S), 0.5))
+    np.testing.assert_allclose(got_deter, want_deter, rtol=2e-5, atol=2e-5)
+    want_logit = np.asarray(dists.unimix_logits(jnp.asarray(want_raw, jnp.float32), cfg.unimix))
+    np.testing.assert_allclose(got_logit, want_logit, rtol=2e-5, atol=2e-5)
+    # the reset rows start from zero deter, stoch and action: their new deter differs from a
+    # step that was not reset
+    assert np.abs(np.asarray(got_deter[1]) - np.asarray(
+        jax.jit(lambda *a: rssm.observe_step(p, cfg, *a))(
+            deter, stoch, *rssm.observe_inputs(p, cfg, action, embed, jnp.zeros(B, bool)),
+            jnp.zeros(B, bool), jnp.full((B, S), 0.5))[0][1])).max() > 1e-3
+    # the imagination's GRU (one x-part matmul on the concatenated inputs) is the same block GRU
+    keep = jnp.zeros(B, bool)
+    want_img, _ = _np_observe_step(p, cfg, np.float64(deter), np.float64(stoch),
+                                   np.float64(action), np.float64(embed), keep)
+    np.testing.assert_allclose(jax.jit(lambda *a: rssm.gru(p, cfg, *a))(deter, stoch, action),
+                               want_img, rtol=2e-5, atol=2e-5)
+
+
 def test_bernoulli_soft_label():
     l, y = jnp.float32(0.7), 1 - 1 / 333
     s = 1 / (1 + np.exp(-0.7))

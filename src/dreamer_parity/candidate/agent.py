@@ -159,8 +159,9 @@ def policy_step(cfg: AgentConfig, params, carry, obs, is_first, key=None, draws=
     n_act = _noise("action", (n,), (n, A), keys[1], draws)
     embed = heads.encode(params["enc"], cfg, obs)
     prev = jax.nn.one_hot(carry["prev_action"], A, dtype=f32)
-    deter, stoch, _ = rssm.observe_step(params["dyn"], cfg, carry["deter"], carry["stoch"], prev,
-                                        embed, is_first, n_post)
+    xa, ea = rssm.observe_inputs(params["dyn"], cfg, prev, embed, is_first)
+    deter, stoch, _ = rssm.observe_step(params["dyn"], cfg, carry["deter"], carry["stoch"], xa,
+                                        ea, is_first, n_post)
     logits = heads.actor_logits(params["actor"], cfg, deter, _flat(stoch))
     act = _onehot_draw(logits, n_act)
     action = jnp.argmax(act, -1).astype(i32)
@@ -246,16 +247,20 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     # World model on replay (agent.py:225-249).
     embed = heads.encode(params["enc"], cfg, obs)                       # (B,T,E)
 
+    # The terms that do not depend on the recurrent state (the previous action's and the
+    # embedding's) are computed for all rows before the scan (rssm.observe_inputs).
+    xa, ea = rssm.observe_inputs(params["dyn"], cfg, prevacts, embed, is_first)
+
     def obs_step(carry, xs):
         deter, stoch = carry
-        act, emb, first, nz = xs
-        deter, stoch, logit = rssm.observe_step(params["dyn"], cfg, deter, stoch, act, emb,
+        xa_t, ea_t, first, nz = xs
+        deter, stoch, logit = rssm.observe_step(params["dyn"], cfg, deter, stoch, xa_t, ea_t,
                                                 first, nz)
         return (deter, stoch), (deter, stoch, logit)
 
     tm = lambda x: jnp.swapaxes(x, 0, 1)
     _, (deter, stoch, post) = jax.lax.scan(
-        obs_step, (deter0, stoch0), (tm(prevacts), tm(embed), tm(is_first), noise["post"]))
+        obs_step, (deter0, stoch0), (tm(xa), tm(ea), tm(is_first), noise["post"]))
     deter, stoch, post = tm(deter), tm(stoch), tm(post)                 # (B,T,...)
     stoch_flat = _flat(stoch)
 

@@ -12,6 +12,11 @@ two row blocks instead of concatenating x to every block: the deter part is a gr
 block matmul, the x part (shared by all blocks) one dense (B, 3H) x (3H, D) matmul; the two
 are summed (float32 rounding order differs from the reference's single dot).
 
+In the posterior step the x-part is split once more: the action's rows (with dyn0's bias)
+and obs0's embedding rows do not depend on the recurrent state, so :func:`observe_inputs`
+computes them for every row of a batch before the observe scan, and :func:`observe_step`
+adds them (again only the float32 summation order changes).
+
 Carry: deter f32[B, D], stoch f32[B, S, K] (one-hot, or zeros at the start).
 """
 
@@ -23,8 +28,8 @@ import jax.numpy as jnp
 from . import dists
 from .nets import block_params, dense, linear_params, rms_norm
 
-__all__ = ["init_params", "gru", "prior_logits", "post_logits", "observe_step", "img_step",
-           "reset"]
+__all__ = ["init_params", "gru", "prior_logits", "post_logits", "observe_inputs", "observe_step",
+           "img_step", "reset"]
 
 
 def init_params(key, cfg):
@@ -57,23 +62,22 @@ def reset(x, is_first):
     return x * (1 - mask)
 
 
-def gru(p, cfg, deter, stoch, action):
-    """One block-GRU step (nets.py:151-173): deter f32[B,D], stoch f32[B,S,K], action f32[B,A]
-    -> new deter f32[B,D].  Gates are split inside each block as [reset | cand | update]."""
+def _x_kernel(p, cfg, lo, hi):
+    """Rows ``lo:hi`` of every block's x-part of the dyn0 kernel, side by side:
+    f32[hi - lo, D] with block-major columns (column k * D/g + o is block k's output o)."""
+    Dg = cfg.deter // cfg.blocks
+    return p["dyn0"]["kernel"][:, Dg + lo:Dg + hi].transpose(1, 0, 2).reshape(hi - lo, cfg.deter)
+
+
+def _gru_core(p, cfg, deter, yx):
+    """The block part of the GRU step: deter f32[B,D] and yx f32[B,D] (the x-part of dyn0
+    plus its bias, block-major columns) -> new deter f32[B,D]."""
     B = deter.shape[0]
     D, g = cfg.deter, cfg.blocks
     Dg = D // g
-    x0 = dense(p["dynin0"], deter)
-    x1 = dense(p["dynin1"], stoch.reshape(B, -1))
-    x2 = dense(p["dynin2"], action)
-    x = jnp.concatenate([x0, x1, x2], -1)                          # (B, 3H)
     kernel = p["dyn0"]["kernel"]                                   # (g, Dg + 3H, Dg)
-    # x-part of every block as one dense matmul: rows Dg: of each block's kernel side by side
-    kx = kernel[:, Dg:].transpose(1, 0, 2).reshape(-1, D)          # (3H, D), block-major columns
-    yx = (x @ kx).reshape(B, g, Dg).transpose(1, 0, 2)             # (g, B, Dg)
     hg = deter.reshape(B, g, Dg).transpose(1, 0, 2)                # (g, B, Dg)
-    y = (jnp.einsum("gbi,gio->gbo", hg, kernel[:, :Dg]) + yx
-         + p["dyn0"]["bias"].reshape(g, 1, Dg))
+    y = jnp.einsum("gbi,gio->gbo", hg, kernel[:, :Dg]) + yx.reshape(B, g, Dg).transpose(1, 0, 2)
     y = rms_norm(y, p["dyn0"]["scale"].reshape(g, 1, Dg), axis=(0, 2))
     y = jax.nn.silu(y)
     z = (jnp.einsum("gbi,gio->gbo", y, p["dyncore"]["kernel"])
@@ -85,6 +89,18 @@ def gru(p, cfg, deter, stoch, action):
     return hg.transpose(1, 0, 2).reshape(B, D)
 
 
+def gru(p, cfg, deter, stoch, action):
+    """One block-GRU step (nets.py:151-173): deter f32[B,D], stoch f32[B,S,K], action f32[B,A]
+    -> new deter f32[B,D].  Gates are split inside each block as [reset | cand | update]."""
+    B, H = deter.shape[0], cfg.hidden
+    x0 = dense(p["dynin0"], deter)
+    x1 = dense(p["dynin1"], stoch.reshape(B, -1))
+    x2 = dense(p["dynin2"], action)
+    x = jnp.concatenate([x0, x1, x2], -1)                          # (B, 3H)
+    yx = x @ _x_kernel(p, cfg, 0, 3 * H) + p["dyn0"]["bias"]       # (B, D), block-major
+    return _gru_core(p, cfg, deter, yx)
+
+
 def prior_logits(p, cfg, deter):
     """Unimixed prior logits f32[..., S, K] from deter f32[..., D] (img layers, nets.py:112-117)."""
     x = deter
@@ -94,11 +110,29 @@ def prior_logits(p, cfg, deter):
     return dists.unimix_logits(x.reshape(x.shape[:-1] + (cfg.stoch, cfg.classes)), cfg.unimix)
 
 
-def post_logits(p, cfg, deter, embed):
-    """Unimixed posterior logits f32[B, S, K] from deter f32[B,D] and embed f32[B,E]."""
+def observe_inputs(p, cfg, action, embed, is_first):
+    """The terms of the posterior step that do not depend on the recurrent state, for any
+    leading shape ``...``: action f32[..., A] (one-hot of the previous action; zeroed where
+    ``is_first``, as the step's reset does), embed f32[..., E], is_first bool[...].
+
+    Returns (xa f32[..., D], ea f32[..., H]): xa = dynin2(action) times its rows of the dyn0
+    kernel plus dyn0's bias, ea = embed times its rows of the obs0 kernel plus obs0's bias.
+    The train step computes them for all rows before the observe scan, as two large matmuls
+    instead of 64 small ones inside it (and their weight gradients outside the backward loop);
+    only the float32 summation order differs from the reference's single dots
+    (nets.py:151-173, 53-76)."""
+    D, H = cfg.deter, cfg.hidden
+    x2 = dense(p["dynin2"], reset(action, is_first))
+    xa = x2 @ _x_kernel(p, cfg, 2 * H, 3 * H) + p["dyn0"]["bias"]
+    ea = embed @ p["obs0"]["kernel"][D:] + p["obs0"]["bias"]
+    return xa, ea
+
+
+def post_logits(p, cfg, deter, ea):
+    """Unimixed posterior logits f32[B, S, K] from deter f32[B,D] and ea f32[B,H] (the embed
+    term of obs0 from :func:`observe_inputs`)."""
     D = cfg.deter
-    k = p["obs0"]["kernel"]
-    x = deter @ k[:D] + embed @ k[D:] + p["obs0"]["bias"]
+    x = deter @ p["obs0"]["kernel"][:D] + ea
     x = jax.nn.silu(rms_norm(x, p["obs0"]["scale"]))
     for i in range(1, cfg.obs_layers):
         x = dense(p[f"obs{i}"], x)
@@ -106,14 +140,19 @@ def post_logits(p, cfg, deter, embed):
     return dists.unimix_logits(x.reshape(x.shape[:-1] + (cfg.stoch, cfg.classes)), cfg.unimix)
 
 
-def observe_step(p, cfg, deter, stoch, action, embed, is_first, noise):
-    """Posterior step (nets.py:53-76): reset deter/stoch/action where ``is_first``, GRU, then
-    the posterior sample.  action f32[B,A] one-hot of the previous action, embed f32[B,E],
-    is_first bool[B], noise: uniforms f32[B,S] or a one-hot sample f32[B,S,K].
+def observe_step(p, cfg, deter, stoch, xa, ea, is_first, noise):
+    """Posterior step (nets.py:53-76): reset deter/stoch where ``is_first`` (the action's
+    reset is in ``xa``), GRU, then the posterior sample.  xa f32[B,D] and ea f32[B,H] from
+    :func:`observe_inputs`, is_first bool[B], noise: uniforms f32[B,S] or a one-hot sample
+    f32[B,S,K].
     Returns (deter f32[B,D], stoch f32[B,S,K] straight-through, logit f32[B,S,K])."""
-    deter, stoch, action = reset(deter, is_first), reset(stoch, is_first), reset(action, is_first)
-    deter = gru(p, cfg, deter, stoch, action)
-    logit = post_logits(p, cfg, deter, embed)
+    B, H = deter.shape[0], cfg.hidden
+    deter, stoch = reset(deter, is_first), reset(stoch, is_first)
+    x0 = dense(p["dynin0"], deter)
+    x1 = dense(p["dynin1"], stoch.reshape(B, -1))
+    yx = jnp.concatenate([x0, x1], -1) @ _x_kernel(p, cfg, 0, 2 * H) + xa
+    deter = _gru_core(p, cfg, deter, yx)
+    logit = post_logits(p, cfg, deter, ea)
     stoch = dists.categorical_from_noise(logit, noise)
     return deter, stoch, logit
 
