@@ -3,7 +3,7 @@
     XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
         .venv/bin/python benchmarks/profile_candidate.py [--profile full] [--seeds 3] [--updates 3]
                                                          [--loop] [--chunk-steps 3]
-                                                         [--dump-hlo PATH]
+                                                         [--dump-hlo PATH] [--by-source N]
 
 Without ``--loop`` it compiles ``jit(vmap(agent.train_step))`` (plain vmap: with
 ``--seeds`` above 1 this is the batched program, not the run's one-seed-at-a-time loop of
@@ -21,7 +21,12 @@ the run.
 
 ``--dump-hlo PATH`` writes the profiled program's optimised HLO text, where the op names
 of the profile (``dot_general.3008``, ...) can be looked up with their shapes and the jax
-source line in their ``metadata``.
+source line in their ``metadata``.  ``--by-source N`` does that lookup itself: it sums the op
+seconds per update by the innermost line of this package's code that each op came from (the
+HLO's stack-frame table), split into forward and backward (``transpose(jvp)`` in the op's
+name) and into ops run once per update and ops of the 64-step observe loops, and prints the
+N largest groups.  Ops that an XLA pass made (the first stage of a large reduction,
+``wrapped_reduce-window``, has no ``op_name``) are grouped under their op kind.
 
 Prints, per update: wall seconds, total op seconds (summed over
 threads), the top ops, and the op seconds grouped by kind (dot/matmul custom calls, fusions,
@@ -117,6 +122,84 @@ def _gaps(events, skip):
     return gaps
 
 
+_SRC_FILES = ("agent.py", "rssm.py", "heads.py", "nets.py", "dists.py", "twohot.py",
+              "optim.py", "loop.py", "replay.py", "env.py", "evaluate.py", "seedmap.py")
+
+
+def source_of_ops(hlo_text: str) -> dict[str, tuple[str, bool]]:
+    """HLO instruction name -> (innermost ``file:line function`` of this package's candidate
+    code that the op was traced from, whether it belongs to a backward pass), read from
+    the ``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` tables and the
+    ops' ``metadata`` in an optimised HLO text (jax 0.10).  Ops without a stack frame in
+    those files map to the last component of their ``op_name``; ops whose metadata has no
+    ``op_name`` (made by an XLA pass) map to their name without the numeric suffix, and ops
+    without metadata are absent.  Raises ValueError when the text has no stack-frame
+    tables."""
+    tables = {"FileNames": {}, "FunctionNames": {}, "FileLocations": {}, "StackFrames": {}}
+    section = None
+    for line in hlo_text.split("\n"):
+        if line in tables:
+            section = line
+            continue
+        m = re.match(r"^(\d+) (.*)$", line)
+        if section is None or not m:
+            if section == "StackFrames":
+                break
+            continue
+        tables[section][int(m.group(1))] = m.group(2)
+    if not tables["StackFrames"]:
+        raise ValueError("source_of_ops: the HLO text has no StackFrames table")
+    fields = lambda t: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", t)}
+    files = {i: v.strip('"').rsplit("/", 1)[-1] for i, v in tables["FileNames"].items()}
+    funcs = {i: v.strip('"').rsplit(".", 1)[-1] for i, v in tables["FunctionNames"].items()}
+    locs = {}
+    for i, v in tables["FileLocations"].items():
+        f = fields(v)
+        locs[i] = (files[f["file_name_id"]], funcs[f["function_name_id"]], f["line"])
+    frames = {i: fields(v) for i, v in tables["StackFrames"].items()}
+
+    def innermost(fid):
+        seen = set()
+        while fid in frames and fid not in seen:
+            seen.add(fid)
+            fname, func, line = locs[frames[fid]["file_location_id"]]
+            if fname in _SRC_FILES:
+                return f"{fname}:{line} {func}"
+            fid = frames[fid].get("parent_frame_id", 0)
+        return None
+
+    out = {}
+    for m in re.finditer(r"^\s*(?:ROOT )?%([\w.\-]+) = [^\n]*?metadata=\{([^}]*)\}", hlo_text,
+                         re.M):
+        op = re.search(r'op_name="([^"]*)"', m.group(2))
+        sf = re.search(r"stack_frame_id=(\d+)", m.group(2))
+        if not op:       # made by an XLA pass (e.g. a reduce-window): group by its kind
+            out[m.group(1)] = (re.sub(r"\.\d+$", "", m.group(1)) + " (no op_name)", False)
+            continue
+        where = innermost(int(sf.group(1))) if sf else None
+        out[m.group(1)] = (where or op.group(1).rsplit("/", 1)[-1] or "?",
+                           "transpose(jvp" in op.group(1))
+    return out
+
+
+def _print_by_source(hlo_text, by_name, count, n, top):
+    """Print the ``top`` largest groups of op seconds per update by source line."""
+    src = source_of_ops(hlo_text)
+    groups, ops = collections.Counter(), collections.Counter()
+    for name, sec in by_name.items():
+        if name.startswith("end:"):
+            continue
+        where, bwd = src.get(name, (re.sub(r"\.\d+$", "", name) + " (no metadata)", False))
+        reps = count[name] / n
+        rep = "64x" if reps == 64 else ("1x" if reps == 1 else f"{reps:g}x")
+        key = (rep, "bwd" if bwd else "fwd", where)
+        groups[key] += sec
+        ops[key] += 1
+    print(f"op seconds per update by source ({len(groups)} groups, the {top} largest):")
+    for (rep, way, where), sec in groups.most_common(top):
+        print(f"  {sec * 1e3:8.1f} ms  {ops[(rep, way, where)]:4d} ops  {rep:>4} {way}  {where}")
+
+
 def _trace_step(a):
     """Trace ``a.updates`` calls of the isolated jit(vmap(train_step)); (events, walls, n)."""
     cfg = AgentConfig.for_profile(a.profile)
@@ -129,6 +212,7 @@ def _trace_step(a):
     compiled = step.lower(states, batches, keys).compile()
     print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
     _dump_hlo(compiled, a.dump_hlo)
+    a.hlo_text = compiled.as_text() if a.by_source else None
     for _ in range(2):
         states, outs, m = compiled(states, batches, keys)
         jax.block_until_ready(states)
@@ -170,6 +254,7 @@ def _trace_loop(a):
     chunk = progs.chunk.lower(shape, jnp.zeros((a.chunk_steps,), jnp.int32)).compile()
     print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
     _dump_hlo(chunk, a.dump_hlo)
+    a.hlo_text = chunk.as_text() if a.by_source else None
     carry = progs.init(stacked)
     counts = per_vector_step(65 + 3 * a.chunk_steps)
     step = 0
@@ -198,6 +283,8 @@ def main(argv=None) -> int:
                     help="profile the run's chunk program (loop.build) instead of the step")
     ap.add_argument("--dump-hlo", default=None, metavar="PATH",
                     help="write the profiled program's optimised HLO text to PATH")
+    ap.add_argument("--by-source", type=int, default=0, metavar="N",
+                    help="also print the N largest groups of op time by source line")
     ap.add_argument("--chunk-steps", type=int, default=3,
                     help="vector steps per chunk with --loop (8 vector steps give 64 updates)")
     a = ap.parse_args(argv)
@@ -238,6 +325,8 @@ def main(argv=None) -> int:
     print(f"wall covered by >=1 op: {busy[0] / n:.3f} s, by >=2 ops: {busy[1] / n:.3f} s")
     for name, v in by_name.most_common(a.top):
         print(f"  {v * 1e3:8.1f} ms  x{count[name] / n:6.0f}  {name[:90]}")
+    if a.by_source:
+        _print_by_source(a.hlo_text, by_name, count, n, a.by_source)
     return 0
 
 

@@ -1,0 +1,38 @@
+"""The profile script's op-to-source attribution (benchmarks/profile_candidate.py)."""
+
+import importlib.util
+import inspect
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from dreamer_parity.candidate import nets
+
+_SPEC = importlib.util.spec_from_file_location(
+    "profile_candidate", Path(__file__).resolve().parents[1] / "benchmarks" / "profile_candidate.py")
+profile_candidate = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(profile_candidate)
+
+
+def test_source_of_ops_maps_dots_to_the_dense_line_and_marks_the_backward_pass():
+    p = {"kernel": jnp.ones((8, 4)), "bias": jnp.zeros(4), "scale": jnp.ones(4)}
+    loss = lambda p, x: nets.dense(p, x).sum()
+    text = jax.jit(jax.grad(loss)).lower(p, jnp.ones((3, 8))).compile().as_text()
+    src = profile_candidate.source_of_ops(text)
+    lines, first = inspect.getsourcelines(nets.dense)
+    matmul_line = first + next(i for i, l in enumerate(lines) if "@ p[\"kernel\"]" in l)
+    dots = [name for name in src if re.match(r"(dot|dot_general)\.\d+$", name)
+            or re.search(r"^(.*_)?dot(_general)?(\.\d+)?$", name)]
+    assert dots, "the compiled gradient has no dot"
+    where = {src[d] for d in dots}
+    # the forward dot and the weight-gradient dot both come from the matmul line of dense
+    assert (f"nets.py:{matmul_line} dense", True) in where
+    assert all(w.startswith("nets.py:") for w, _ in where)
+
+
+def test_source_of_ops_refuses_text_without_stack_frames():
+    with pytest.raises(ValueError, match="StackFrames"):
+        profile_candidate.source_of_ops("HloModule m\nENTRY e {\n}\n")
