@@ -98,6 +98,40 @@ def test_twohot_log_prob_pair_equals_two_likelihoods():
     assert not np.allclose(got, _ref_logprob_dense(logits, x1, np.asarray(b)), rtol=1e-3)
 
 
+def test_twohot_log_prob_gradient_is_target_minus_softmax():
+    # the likelihood's gradient against float64 numpy:
+    # d/dlogits sum(t * log_softmax(l)) = t - softmax(l) * sum(t), t the dense target
+    rng = np.random.default_rng(6)
+    logits = rng.normal(size=(30, 255)).astype(np.float32) * 2
+    b = twohot.bins_exact(255)
+    bn = np.asarray(b, np.float64)
+    x1 = np.concatenate([rng.normal(size=27) * 30, [0.0, float(bn[200]), 1e12]]).astype(np.float32)
+    x2 = (rng.normal(size=30) * 3).astype(np.float32)
+    g = rng.normal(size=30).astype(np.float32)
+    c = 0.7
+
+    def dense(x):
+        below, above, wb, wa = [np.asarray(v) for v in twohot.encode(jnp.asarray(x), b)]
+        t = np.zeros((len(x), 255))
+        np.add.at(t, (np.arange(len(x)), below), wb)
+        np.add.at(t, (np.arange(len(x)), above), wa)
+        return t
+
+    t = dense(x1) + c * dense(x2)
+    l64 = logits.astype(np.float64)
+    p = np.exp(l64 - l64.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = g[:, None] * (t - p * t.sum(-1, keepdims=True))
+    loss = lambda l: (jnp.asarray(g) * twohot.log_prob_pair(l, x1, x2, c, b)).sum()
+    got = np.asarray(jax.jit(jax.grad(loss))(logits))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert np.abs(want).max() > 0.1
+    # the single-target likelihood as well, and its value against the dense formula
+    got1 = np.asarray(jax.jit(jax.grad(lambda l: twohot.log_prob(l, x1, b).sum()))(logits))
+    t1 = dense(x1)
+    np.testing.assert_allclose(got1, t1 - p * t1.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
 def test_heads_first_layers_equal_separate_layers():
     from dreamer_parity.candidate import heads
     cfg = AgentConfig.for_profile("smoke")
@@ -318,6 +352,70 @@ def test_observe_step_with_hoisted_inputs_equals_the_literal_block_gru():
                                    np.float64(action), np.float64(embed), keep)
     np.testing.assert_allclose(jax.jit(lambda *a: rssm.gru(p, cfg, *a))(deter, stoch, action),
                                want_img, rtol=2e-5, atol=2e-5)
+
+
+def test_observe_scan_gradients_with_stored_transposes_equal_plain_autodiff():
+    # rssm.observe_transposes only changes how the backward pass multiplies: the gradients of
+    # a loss through a scan of posterior steps must be those of plain autodiff
+    from dreamer_parity.candidate import rssm
+    cfg = AgentConfig.for_profile("smoke", obs_layers=2)
+    p = rssm.init_params(jax.random.PRNGKey(5), cfg)
+    p = jax.tree_util.tree_map(
+        lambda a: a + 0.3 * jax.random.normal(jax.random.PRNGKey(a.size + 1), a.shape), p)
+    T, B, D, S, K, A = 6, 4, cfg.deter, cfg.stoch, cfg.classes, cfg.num_actions
+    ks = jax.random.split(jax.random.PRNGKey(6), 4)
+    action = jax.nn.one_hot(jax.random.randint(ks[0], (T, B), 0, A), A)
+    embed = jax.random.normal(ks[1], (T, B, cfg.units))
+    is_first = jnp.zeros((T, B), bool).at[3, 1].set(True)
+    noise = jax.random.uniform(ks[2], (T, B, S))
+    proj = jax.random.normal(ks[3], (T, B, S, K))
+
+    def loss(p, stored):
+        xa, ea = rssm.observe_inputs(p, cfg, action, embed, is_first)
+        wt = rssm.observe_transposes(p, cfg) if stored else None
+
+        def step(c, xs):
+            d, s = rssm.observe_step(p, cfg, *c, *xs, wt)[:2]
+            return (d, s), (d, rssm.observe_step(p, cfg, d, s, xs[0], xs[1], xs[2], xs[3], wt)[2])
+
+        c0 = (jnp.zeros((B, D)), jnp.zeros((B, S, K)))
+        _, (ds, ls) = jax.lax.scan(step, c0, (xa, ea, is_first, noise))
+        return (ds ** 2).mean() + (ls * proj).mean()
+
+    g_plain = jax.jit(jax.grad(lambda p: loss(p, False)))(p)
+    g_stored = jax.jit(jax.grad(lambda p: loss(p, True)))(p)
+    flat_plain = jax.tree_util.tree_leaves_with_path(g_plain)
+    flat_stored = jax.tree_util.tree_leaves(g_stored)
+    assert len(flat_plain) == len(flat_stored)
+    for (path, a), b in zip(flat_plain, flat_stored):
+        a, b = np.asarray(a), np.asarray(b)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6 * np.abs(a).max(),
+                                   err_msg=jax.tree_util.keystr(path))
+    # every kernel the step multiplies by gets a real gradient
+    for name in ("dynin0", "dynin1", "dyn0", "dyncore", "obs0", "obs1", "obslogit"):
+        assert np.abs(np.asarray(g_stored[name]["kernel"])).max() > 1e-6, name
+
+
+def test_dense_with_stored_transpose_has_the_plain_gradients():
+    # nets.with_transposes + dense on leading dims (G, N, in), as the heads use it
+    rng = np.random.default_rng(7)
+    layers = {"h1": nets.linear_params(jax.random.PRNGKey(1), 24, 16),
+              "out": nets.linear_params(jax.random.PRNGKey(2), 16, 9, norm=False)}
+    layers["h1"]["bias"] = layers["h1"]["bias"] + 0.2
+    x = jnp.asarray(rng.normal(size=(3, 5, 24)).astype(np.float32))
+    proj = jnp.asarray(rng.normal(size=(3, 5, 9)).astype(np.float32))
+
+    def loss(layers, x, stored):
+        ps = nets.with_transposes(layers) if stored else layers
+        return (nets.dense(ps["out"], nets.dense(ps["h1"], x), act=False) * proj).sum()
+
+    assert "kernel_t" in nets.with_transposes(layers)["h1"] and "kernel_t" not in layers["h1"]
+    g_plain = jax.jit(jax.grad(lambda l, x: loss(l, x, False), argnums=(0, 1)))(layers, x)
+    g_stored = jax.jit(jax.grad(lambda l, x: loss(l, x, True), argnums=(0, 1)))(layers, x)
+    assert jax.tree_util.tree_structure(g_plain) == jax.tree_util.tree_structure(g_stored)
+    for a, b in zip(jax.tree_util.tree_leaves(g_plain), jax.tree_util.tree_leaves(g_stored)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+        assert np.abs(np.asarray(a)).max() > 1e-3
 
 
 def test_bernoulli_soft_label():

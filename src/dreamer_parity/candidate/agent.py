@@ -25,7 +25,7 @@ import numpy as np
 
 from . import dists, heads, optim, rssm, twohot
 from .config import LOSS_TERMS, AgentConfig
-from .nets import symlog
+from .nets import symlog, with_transposes
 
 __all__ = ["XLA_CPU_OPTIONS", "AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
            "init_params", "lambda_return", "replay_return", "retnorm_update", "kl_losses"]
@@ -232,6 +232,10 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     D, S, K, A = cfg.deter, cfg.stoch, cfg.classes, cfg.num_actions
     lam = cfg.return_lambda
     scales = cfg.loss_scales
+    # The heads' kernels with their stored transposes, for faster data gradients
+    # (nets.with_transposes; the values and gradients are the same products).
+    params = {**params, **{k: with_transposes(params[k])
+                           for k in ("enc", "dec", "rew", "con", "actor", "critic")}}
 
     # Replay context (agent.py:172-183): row 0 gives the previous latent and action.
     deter0 = batch["deter"][:, 0].astype(f32)
@@ -250,12 +254,14 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     # The terms that do not depend on the recurrent state (the previous action's and the
     # embedding's) are computed for all rows before the scan (rssm.observe_inputs).
     xa, ea = rssm.observe_inputs(params["dyn"], cfg, prevacts, embed, is_first)
+    # The kernels' transposes, made once for the scan's backward pass (rssm.observe_transposes).
+    wt = rssm.observe_transposes(params["dyn"], cfg)
 
     def obs_step(carry, xs):
         deter, stoch = carry
         xa_t, ea_t, first, nz = xs
         deter, stoch, logit = rssm.observe_step(params["dyn"], cfg, deter, stoch, xa_t, ea_t,
-                                                first, nz)
+                                                first, nz, wt)
         return (deter, stoch), (deter, stoch, logit)
 
     tm = lambda x: jnp.swapaxes(x, 0, 1)

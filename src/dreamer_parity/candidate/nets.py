@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["symlog", "symexp", "trunc_normal", "linear_params", "block_params", "rms_norm",
-           "dense", "mlp_params", "mlp_hidden", "feat_dense", "RMS_EPS"]
+           "dense", "matmul", "with_transposes", "mlp_params", "mlp_hidden", "feat_dense", "RMS_EPS"]
 
 f32 = jnp.float32
 
@@ -67,9 +67,65 @@ def rms_norm(x, scale, axis=-1):
     return x * mult
 
 
-def dense(p, x, act: bool = True):
-    """x @ kernel + bias, then RMSNorm (when ``p`` has ``scale``) and SiLU (when ``act``)."""
-    y = x @ p["kernel"] + p["bias"]
+@jax.custom_vjp
+def _matmul_pre_t(x, w, wt):
+    return _mm(x, w)
+
+
+def _mm(x, w):
+    return jnp.einsum("gbi,gio->gbo", x, w) if w.ndim == 3 else x @ w
+
+
+def _matmul_pre_t_fwd(x, w, wt):
+    return _mm(x, w), (x, wt)
+
+
+def _matmul_pre_t_bwd(res, dy):
+    x, wt = res
+    if wt.ndim == 3:
+        return (jnp.einsum("gbo,goi->gbi", dy, wt), jnp.einsum("gbi,gbo->gio", x, dy), None)
+    dw = x.reshape(-1, x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
+    return dy @ wt, dw, None
+
+
+_matmul_pre_t.defvjp(_matmul_pre_t_fwd, _matmul_pre_t_bwd)
+
+
+def matmul(x, w, wt=None):
+    """x @ w for x f32[..., i], w f32[i, o], or the block product 'gbi,gio->gbo' for
+    x f32[g, B, i], w f32[g, i, o].
+
+    ``wt`` (optional) is w's transpose, f32[o, i] or f32[g, o, i], stored in that layout
+    (made once outside a loop, see ``rssm.observe_transposes``).  The data gradient is then
+    ``dy @ wt``, a plain row-major product, instead of a product that contracts w's minor
+    axis: XLA:CPU runs the latter 2-3x slower at the observe loop's 16-row shapes
+    (docs/PERFORMANCE.md).  The values and both gradients are the same products;
+    ``wt`` itself gets no gradient (w's gradient is x^T dy, as without it)."""
+    if wt is None:
+        return _mm(x, w)
+    return _matmul_pre_t(x, w, wt)
+
+
+def with_transposes(layers: dict) -> dict:
+    """A copy of ``layers`` (dict name -> layer dict) in which every layer with a 2-D
+    kernel also holds ``kernel_t``, the kernel's transpose behind an optimisation barrier,
+    which :func:`dense` then uses for its data gradient (:func:`matmul`).  Made inside the
+    differentiated loss, it adds no gradient path: the kernels' gradients are unchanged."""
+    out = {}
+    for name, layer in layers.items():
+        if isinstance(layer, dict) and getattr(layer.get("kernel"), "ndim", 0) == 2:
+            layer = {**layer, "kernel_t": jax.lax.optimization_barrier(layer["kernel"].T)}
+        out[name] = layer
+    return out
+
+
+def dense(p, x, act: bool = True, kernel_t=None):
+    """x @ kernel + bias, then RMSNorm (when ``p`` has ``scale``) and SiLU (when ``act``).
+    ``kernel_t``: the kernel's stored transpose for the backward pass (:func:`matmul`);
+    by default ``p["kernel_t"]`` when present (:func:`with_transposes`)."""
+    if kernel_t is None:
+        kernel_t = p.get("kernel_t")
+    y = matmul(x, p["kernel"], kernel_t) + p["bias"]
     if "scale" in p:
         y = rms_norm(y, p["scale"])
     return jax.nn.silu(y) if act else y

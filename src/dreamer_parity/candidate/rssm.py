@@ -26,10 +26,10 @@ import jax
 import jax.numpy as jnp
 
 from . import dists
-from .nets import block_params, dense, linear_params, rms_norm
+from .nets import block_params, dense, linear_params, matmul, rms_norm
 
 __all__ = ["init_params", "gru", "prior_logits", "post_logits", "observe_inputs", "observe_step",
-           "img_step", "reset"]
+           "observe_transposes", "img_step", "reset"]
 
 
 def init_params(key, cfg):
@@ -69,18 +69,20 @@ def _x_kernel(p, cfg, lo, hi):
     return p["dyn0"]["kernel"][:, Dg + lo:Dg + hi].transpose(1, 0, 2).reshape(hi - lo, cfg.deter)
 
 
-def _gru_core(p, cfg, deter, yx):
+def _gru_core(p, cfg, deter, yx, wt=None):
     """The block part of the GRU step: deter f32[B,D] and yx f32[B,D] (the x-part of dyn0
-    plus its bias, block-major columns) -> new deter f32[B,D]."""
+    plus its bias, block-major columns) -> new deter f32[B,D].  ``wt``: None or
+    :func:`observe_transposes`."""
+    wt = wt or {}
     B = deter.shape[0]
     D, g = cfg.deter, cfg.blocks
     Dg = D // g
     kernel = p["dyn0"]["kernel"]                                   # (g, Dg + 3H, Dg)
     hg = deter.reshape(B, g, Dg).transpose(1, 0, 2)                # (g, B, Dg)
-    y = jnp.einsum("gbi,gio->gbo", hg, kernel[:, :Dg]) + yx.reshape(B, g, Dg).transpose(1, 0, 2)
+    y = matmul(hg, kernel[:, :Dg], wt.get("dyn0")) + yx.reshape(B, g, Dg).transpose(1, 0, 2)
     y = rms_norm(y, p["dyn0"]["scale"].reshape(g, 1, Dg), axis=(0, 2))
     y = jax.nn.silu(y)
-    z = (jnp.einsum("gbi,gio->gbo", y, p["dyncore"]["kernel"])
+    z = (matmul(y, p["dyncore"]["kernel"], wt.get("dyncore"))
          + p["dyncore"]["bias"].reshape(g, 1, 3 * Dg))
     r = jax.nn.sigmoid(z[..., :Dg])
     c = jnp.tanh(r * z[..., Dg:2 * Dg])
@@ -128,31 +130,52 @@ def observe_inputs(p, cfg, action, embed, is_first):
     return xa, ea
 
 
-def post_logits(p, cfg, deter, ea):
+def post_logits(p, cfg, deter, ea, wt=None):
     """Unimixed posterior logits f32[B, S, K] from deter f32[B,D] and ea f32[B,H] (the embed
-    term of obs0 from :func:`observe_inputs`)."""
+    term of obs0 from :func:`observe_inputs`); ``wt``: None or :func:`observe_transposes`."""
     D = cfg.deter
-    x = deter @ p["obs0"]["kernel"][:D] + ea
+    wt = wt or {}
+    x = matmul(deter, p["obs0"]["kernel"][:D], wt.get("obs0")) + ea
     x = jax.nn.silu(rms_norm(x, p["obs0"]["scale"]))
     for i in range(1, cfg.obs_layers):
-        x = dense(p[f"obs{i}"], x)
-    x = dense(p["obslogit"], x, act=False)
+        x = dense(p[f"obs{i}"], x, kernel_t=wt.get(f"obs{i}"))
+    x = dense(p["obslogit"], x, act=False, kernel_t=wt.get("obslogit"))
     return dists.unimix_logits(x.reshape(x.shape[:-1] + (cfg.stoch, cfg.classes)), cfg.unimix)
 
 
-def observe_step(p, cfg, deter, stoch, xa, ea, is_first, noise):
+def observe_transposes(p, cfg):
+    """The transposes of every kernel the posterior step multiplies by, for its backward
+    pass (:func:`.nets.matmul`): dict name -> f32 array (dynin0, dynin1, obs0 (deter rows),
+    obs1.., obslogit: (out, in); x (the x-part rows of dynin0/1 outputs): (D, 2H);
+    dyn0 (deter rows) and dyncore: (g, out/g, in/g)).  Made once, outside the observe scan,
+    behind an optimisation barrier so that XLA keeps them in this layout instead of folding
+    the transpose back into the dots."""
+    D, H, Dg = cfg.deter, cfg.hidden, cfg.deter // cfg.blocks
+    wt = {"dynin0": p["dynin0"]["kernel"].T, "dynin1": p["dynin1"]["kernel"].T,
+          "x": _x_kernel(p, cfg, 0, 2 * H).T,
+          "dyn0": p["dyn0"]["kernel"][:, :Dg].transpose(0, 2, 1),
+          "dyncore": p["dyncore"]["kernel"].transpose(0, 2, 1),
+          "obs0": p["obs0"]["kernel"][:D].T, "obslogit": p["obslogit"]["kernel"].T}
+    for i in range(1, cfg.obs_layers):
+        wt[f"obs{i}"] = p[f"obs{i}"]["kernel"].T
+    return jax.lax.optimization_barrier(wt)
+
+
+def observe_step(p, cfg, deter, stoch, xa, ea, is_first, noise, wt=None):
     """Posterior step (nets.py:53-76): reset deter/stoch where ``is_first`` (the action's
     reset is in ``xa``), GRU, then the posterior sample.  xa f32[B,D] and ea f32[B,H] from
     :func:`observe_inputs`, is_first bool[B], noise: uniforms f32[B,S] or a one-hot sample
-    f32[B,S,K].
+    f32[B,S,K].  ``wt``: None, or :func:`observe_transposes` of ``p`` (the same values and
+    gradients; a faster backward pass inside the train step's observe scan).
     Returns (deter f32[B,D], stoch f32[B,S,K] straight-through, logit f32[B,S,K])."""
     B, H = deter.shape[0], cfg.hidden
+    w = wt or {}
     deter, stoch = reset(deter, is_first), reset(stoch, is_first)
-    x0 = dense(p["dynin0"], deter)
-    x1 = dense(p["dynin1"], stoch.reshape(B, -1))
-    yx = jnp.concatenate([x0, x1], -1) @ _x_kernel(p, cfg, 0, 2 * H) + xa
-    deter = _gru_core(p, cfg, deter, yx)
-    logit = post_logits(p, cfg, deter, ea)
+    x0 = dense(p["dynin0"], deter, kernel_t=w.get("dynin0"))
+    x1 = dense(p["dynin1"], stoch.reshape(B, -1), kernel_t=w.get("dynin1"))
+    yx = matmul(jnp.concatenate([x0, x1], -1), _x_kernel(p, cfg, 0, 2 * H), w.get("x")) + xa
+    deter = _gru_core(p, cfg, deter, yx, wt)
+    logit = post_logits(p, cfg, deter, ea, wt)
     stoch = dists.categorical_from_noise(logit, noise)
     return deter, stoch, logit
 
