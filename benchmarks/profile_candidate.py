@@ -26,7 +26,9 @@ seconds per update by the innermost line of this package's code that each op cam
 HLO's stack-frame table), split into forward and backward (``transpose(jvp)`` in the op's
 name) and into ops run once per update and ops of the 64-step observe loops, and prints the
 N largest groups.  Ops that an XLA pass made (the first stage of a large reduction,
-``wrapped_reduce-window``, has no ``op_name``) are grouped under their op kind.
+``wrapped_reduce-window``, has no ``op_name``) are grouped under their op kind.  With either
+option the persistent compilation cache is off for the run, so the line numbers are those of
+the code on disk.
 
 Prints, per update: wall seconds, total op seconds (summed over
 threads), the top ops, and the op seconds grouped by kind (dot/matmul custom calls, fusions,
@@ -292,6 +294,10 @@ def main(argv=None) -> int:
         print("profile_candidate: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true "
               "(otherwise the trace has no per-op events)", file=sys.stderr)
         return 2
+    if a.by_source or a.dump_hlo:
+        # the persistent cache keys on the program without its source locations: an entry
+        # compiled from older code would report that code's line numbers
+        jax.config.update("jax_enable_compilation_cache", False)
     if a.loop:
         events, walls, n = _trace_loop(a)
     else:
