@@ -98,8 +98,8 @@ def matmul(x, w, wt=None):
     ``wt`` (optional) is w's transpose, f32[o, i] or f32[g, o, i], stored in that layout
     (made once outside a loop, see ``rssm.observe_transposes``).  The data gradient is then
     ``dy @ wt``, a plain row-major product, instead of a product that contracts w's minor
-    axis: XLA:CPU runs the latter 2-3x slower at the observe loop's 16-row shapes
-    (docs/PERFORMANCE.md).  The values and both gradients are the same products;
+    axis, which XLA:CPU runs slower at the observe loop's 16-row shapes (a 64-step scan's
+    gradient took 1.8-2.1x as long; docs/PERFORMANCE.md).  The values and both gradients are the same products;
     ``wt`` itself gets no gradient (w's gradient is x^T dy, as without it)."""
     if wt is None:
         return _mm(x, w)

@@ -148,8 +148,8 @@ def observe_transposes(p, cfg):
     pass (:func:`.nets.matmul`): dict name -> f32 array (dynin0, dynin1, obs0 (deter rows),
     obs1.., obslogit: (out, in); x (the x-part rows of dynin0/1 outputs): (D, 2H);
     dyn0 (deter rows) and dyncore: (g, out/g, in/g)).  Made once, outside the observe scan,
-    behind an optimisation barrier so that XLA keeps them in this layout instead of folding
-    the transpose back into the dots."""
+    behind an optimisation barrier, meant to keep XLA's transpose folding from turning the
+    products back into the slow form (not tried without it)."""
     D, H, Dg = cfg.deter, cfg.hidden, cfg.deter // cfg.blocks
     wt = {"dynin0": p["dynin0"]["kernel"].T, "dynin1": p["dynin1"]["kernel"].T,
           "x": _x_kernel(p, cfg, 0, 2 * H).T,
