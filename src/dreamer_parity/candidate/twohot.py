@@ -213,12 +213,15 @@ def encode(x, b):
     Returns (below i32[...], above i32[...], w_below f32[...], w_above f32[...]) as in the
     reference (jaxutils.py:257-270): below = #(b <= x) - 1, above = n - #(b > x), both
     clipped to [0, n-1]; equal indices give weights 0.5/0.5 on the same bin.  The count
-    #(b <= x) is a binary search (``searchsorted``, side right) instead of the reference's
-    n-wide comparison: the same integers for every non-NaN x (above = #(b <= x) then), and
-    NaN keeps the reference's indices (below 0, above n-1).
+    #(b <= x) is the reference's n-wide comparison summed (``searchsorted`` with
+    ``compare_all``; above = #(b <= x) for every non-NaN x), and NaN keeps the reference's
+    indices (below 0, above n-1).  An unrolled binary search gave the same integers, but
+    XLA copied its chain of 8 steps into each of the ~95 fusions that read the indices (18%
+    of the chunk program's HLO ops, and a slower compile; docs/PERFORMANCE.md); a summed
+    comparison ends in a reduction, which XLA materialises once.
     """
     n = b.shape[0]
-    count = jnp.searchsorted(b, x, side="right", method="scan_unrolled").astype(jnp.int32)
+    count = jnp.searchsorted(b, x, side="right", method="compare_all").astype(jnp.int32)
     nan = jnp.isnan(x)
     below = jnp.where(nan, 0, jnp.clip(count - 1, 0, n - 1))
     above = jnp.where(nan, n - 1, jnp.clip(count, 0, n - 1))
