@@ -354,9 +354,12 @@ def test_observe_step_with_hoisted_inputs_equals_the_literal_block_gru():
                                want_img, rtol=2e-5, atol=2e-5)
 
 
-def test_observe_scan_gradients_with_stored_transposes_equal_plain_autodiff():
-    # rssm.observe_transposes only changes how the backward pass multiplies: the gradients of
-    # a loss through a scan of posterior steps must be those of plain autodiff
+@pytest.mark.parametrize("stored,sliced", [(True, False), (False, True), (True, True)])
+def test_observe_scan_gradients_with_stored_transposes_and_slices_equal_plain_autodiff(
+        stored, sliced):
+    # rssm.observe_transposes only changes how the backward pass multiplies, and
+    # rssm.observe_slices only where the kernel slices' gradients are accumulated: the
+    # gradients of a loss through a scan of posterior steps must be those of plain autodiff
     from dreamer_parity.candidate import rssm
     cfg = AgentConfig.for_profile("smoke", obs_layers=2)
     p = rssm.init_params(jax.random.PRNGKey(5), cfg)
@@ -370,20 +373,21 @@ def test_observe_scan_gradients_with_stored_transposes_equal_plain_autodiff():
     noise = jax.random.uniform(ks[2], (T, B, S))
     proj = jax.random.normal(ks[3], (T, B, S, K))
 
-    def loss(p, stored):
+    def loss(p, stored, sliced):
         xa, ea = rssm.observe_inputs(p, cfg, action, embed, is_first)
         wt = rssm.observe_transposes(p, cfg) if stored else None
+        ps = rssm.observe_slices(p, cfg) if sliced else p
 
         def step(c, xs):
-            d, s = rssm.observe_step(p, cfg, *c, *xs, wt)[:2]
-            return (d, s), (d, rssm.observe_step(p, cfg, d, s, xs[0], xs[1], xs[2], xs[3], wt)[2])
+            d, s = rssm.observe_step(ps, cfg, *c, *xs, wt)[:2]
+            return (d, s), (d, rssm.observe_step(ps, cfg, d, s, xs[0], xs[1], xs[2], xs[3], wt)[2])
 
         c0 = (jnp.zeros((B, D)), jnp.zeros((B, S, K)))
         _, (ds, ls) = jax.lax.scan(step, c0, (xa, ea, is_first, noise))
         return (ds ** 2).mean() + (ls * proj).mean()
 
-    g_plain = jax.jit(jax.grad(lambda p: loss(p, False)))(p)
-    g_stored = jax.jit(jax.grad(lambda p: loss(p, True)))(p)
+    g_plain = jax.jit(jax.grad(lambda p: loss(p, False, False)))(p)
+    g_stored = jax.jit(jax.grad(lambda p: loss(p, stored, sliced)))(p)
     flat_plain = jax.tree_util.tree_leaves_with_path(g_plain)
     flat_stored = jax.tree_util.tree_leaves(g_stored)
     assert len(flat_plain) == len(flat_stored)

@@ -256,11 +256,14 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     xa, ea = rssm.observe_inputs(params["dyn"], cfg, prevacts, embed, is_first)
     # The kernels' transposes, made once for the scan's backward pass (rssm.observe_transposes).
     wt = rssm.observe_transposes(params["dyn"], cfg)
+    # The kernel slices the step multiplies by, also made once: their gradients are then
+    # accumulated in the backward loop at the slices' size (rssm.observe_slices).
+    pd = rssm.observe_slices(params["dyn"], cfg)
 
     def obs_step(carry, xs):
         deter, stoch = carry
         xa_t, ea_t, first, nz = xs
-        deter, stoch, logit = rssm.observe_step(params["dyn"], cfg, deter, stoch, xa_t, ea_t,
+        deter, stoch, logit = rssm.observe_step(pd, cfg, deter, stoch, xa_t, ea_t,
                                                 first, nz, wt)
         return (deter, stoch), (deter, stoch, logit)
 

@@ -29,7 +29,7 @@ from . import dists
 from .nets import block_params, dense, linear_params, matmul, rms_norm
 
 __all__ = ["init_params", "gru", "prior_logits", "post_logits", "observe_inputs", "observe_step",
-           "observe_transposes", "img_step", "reset"]
+           "observe_transposes", "observe_slices", "img_step", "reset"]
 
 
 def init_params(key, cfg):
@@ -77,9 +77,10 @@ def _gru_core(p, cfg, deter, yx, wt=None):
     B = deter.shape[0]
     D, g = cfg.deter, cfg.blocks
     Dg = D // g
-    kernel = p["dyn0"]["kernel"]                                   # (g, Dg + 3H, Dg)
+    sliced = p.get("sliced", {})
+    kd = sliced["dyn0"] if "dyn0" in sliced else p["dyn0"]["kernel"][:, :Dg]   # (g, Dg, Dg)
     hg = deter.reshape(B, g, Dg).transpose(1, 0, 2)                # (g, B, Dg)
-    y = matmul(hg, kernel[:, :Dg], wt.get("dyn0")) + yx.reshape(B, g, Dg).transpose(1, 0, 2)
+    y = matmul(hg, kd, wt.get("dyn0")) + yx.reshape(B, g, Dg).transpose(1, 0, 2)
     y = rms_norm(y, p["dyn0"]["scale"].reshape(g, 1, Dg), axis=(0, 2))
     y = jax.nn.silu(y)
     z = (matmul(y, p["dyncore"]["kernel"], wt.get("dyncore"))
@@ -135,7 +136,9 @@ def post_logits(p, cfg, deter, ea, wt=None):
     term of obs0 from :func:`observe_inputs`); ``wt``: None or :func:`observe_transposes`."""
     D = cfg.deter
     wt = wt or {}
-    x = matmul(deter, p["obs0"]["kernel"][:D], wt.get("obs0")) + ea
+    sliced = p.get("sliced", {})
+    kd = sliced["obs0"] if "obs0" in sliced else p["obs0"]["kernel"][:D]
+    x = matmul(deter, kd, wt.get("obs0")) + ea
     x = jax.nn.silu(rms_norm(x, p["obs0"]["scale"]))
     for i in range(1, cfg.obs_layers):
         x = dense(p[f"obs{i}"], x, kernel_t=wt.get(f"obs{i}"))
@@ -161,6 +164,20 @@ def observe_transposes(p, cfg):
     return jax.lax.optimization_barrier(wt)
 
 
+def observe_slices(p, cfg):
+    """A copy of the RSSM parameters ``p`` that also holds, under ``"sliced"``, the kernel
+    slices the posterior step multiplies by: ``x`` (the x-part rows of the dynin0/1
+    outputs, f32[2H, D] block-major), ``dyn0`` (the deter rows, f32[g, D/g, D/g]) and
+    ``obs0`` (the deter rows, f32[D, H]).  Made once before the observe scan, inside the
+    differentiated loss: the scan's backward pass then accumulates the gradients of the
+    slices, and each slice's gradient is padded into its kernel once after the loop,
+    instead of at each of the 64 steps.  The values and gradients are the same."""
+    D, H, Dg = cfg.deter, cfg.hidden, cfg.deter // cfg.blocks
+    return {**p, "sliced": {"x": _x_kernel(p, cfg, 0, 2 * H),
+                            "dyn0": p["dyn0"]["kernel"][:, :Dg],
+                            "obs0": p["obs0"]["kernel"][:D]}}
+
+
 def observe_step(p, cfg, deter, stoch, xa, ea, is_first, noise, wt=None):
     """Posterior step (nets.py:53-76): reset deter/stoch where ``is_first`` (the action's
     reset is in ``xa``), GRU, then the posterior sample.  xa f32[B,D] and ea f32[B,H] from
@@ -173,7 +190,9 @@ def observe_step(p, cfg, deter, stoch, xa, ea, is_first, noise, wt=None):
     deter, stoch = reset(deter, is_first), reset(stoch, is_first)
     x0 = dense(p["dynin0"], deter, kernel_t=w.get("dynin0"))
     x1 = dense(p["dynin1"], stoch.reshape(B, -1), kernel_t=w.get("dynin1"))
-    yx = matmul(jnp.concatenate([x0, x1], -1), _x_kernel(p, cfg, 0, 2 * H), w.get("x")) + xa
+    sliced = p.get("sliced", {})
+    kx = sliced["x"] if "x" in sliced else _x_kernel(p, cfg, 0, 2 * H)
+    yx = matmul(jnp.concatenate([x0, x1], -1), kx, w.get("x")) + xa
     deter = _gru_core(p, cfg, deter, yx, wt)
     logit = post_logits(p, cfg, deter, ea, wt)
     stoch = dists.categorical_from_noise(logit, noise)
