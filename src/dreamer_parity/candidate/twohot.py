@@ -216,9 +216,10 @@ def encode(x, b):
     #(b <= x) is the reference's n-wide comparison summed (``searchsorted`` with
     ``compare_all``; above = #(b <= x) for every non-NaN x), and NaN keeps the reference's
     indices (below 0, above n-1).  An unrolled binary search gave the same integers, but
-    XLA copied its chain of 8 steps into each of the ~95 fusions that read the indices (18%
-    of the chunk program's HLO ops, and a slower compile; docs/PERFORMANCE.md); a summed
-    comparison ends in a reduction, which XLA materialises once.
+    XLA copied its chain of 8 steps into each of the ~95 fusions that read the indices (19%
+    of the chunk program's HLO ops with source metadata, and a slower compile;
+    docs/PERFORMANCE.md); a summed comparison ends in a reduction, which XLA materialises
+    once.
     """
     n = b.shape[0]
     count = jnp.searchsorted(b, x, side="right", method="compare_all").astype(jnp.int32)
