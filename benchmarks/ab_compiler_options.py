@@ -3,7 +3,8 @@
 Usage (main venv)::
 
     python benchmarks/ab_compiler_options.py --b xla_cpu_multi_thread_eigen=false \
-        [--a KEY=VALUE ...] [--seeds 3] [--chunk-steps 3] [--rounds 4] [--profile full]
+        [--a KEY=VALUE ...] [--seeds 3] [--chunk-steps 3] [--rounds 4] [--profile full] \
+        [--mesh]
 
 Separate benchmark processes on the shared 2-core machine differ by 10-20% from one run to
 the next (docs/PERFORMANCE.md), more than most options change.  This script compiles the
@@ -14,6 +15,9 @@ chunks of each, alternating A, B, A, B, ...  The two sides therefore share the m
 slow and fast minutes.  After the last round it checks whether the two sides' agent
 parameters are bitwise equal (an option that only schedules work differently keeps them
 equal; one that changes arithmetic does not).
+
+``--mesh`` runs each seed on its own host device, as the run does on CPU
+(``candidate/seedmesh.py``); without it all seeds share one device.
 
 Prints per chunk: side, seconds, seconds per seed-update; then the medians, the ratio B/A,
 the compile seconds of each side and the parameter check.  Writes nothing.
@@ -56,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--rows", type=int, default=24000)
+    ap.add_argument("--mesh", action="store_true",
+                    help="one host device per seed, as the run on CPU (candidate/seedmesh.py)")
     a = ap.parse_args(argv)
     try:
         extra = {"A": dict(map(_parse_option, a.a)), "B": dict(map(_parse_option, a.b))}
@@ -63,6 +69,10 @@ def main(argv=None) -> int:
         ap.error(str(e))
     if a.seeds < 1 or a.rounds < 1 or a.chunk_steps < 1:
         ap.error("--seeds, --rounds and --chunk-steps must be positive")
+
+    from dreamer_parity.candidate import seedmesh
+    if a.mesh:
+        seedmesh.request_host_devices(a.seeds)      # before jax starts its CPU backend
 
     import jax
     import jax.numpy as jnp
@@ -73,13 +83,17 @@ def main(argv=None) -> int:
     from dreamer_parity.schedule import per_vector_step
 
     cfg = AgentConfig.for_profile(a.profile)
+    mesh = seedmesh.seed_mesh(a.seeds) if a.mesh else None
+    if a.mesh and mesh is None:
+        ap.error(f"--mesh: no mesh of {a.seeds} host devices (needs --seeds >= 2 on CPU)")
     fns, _ = loop.seed_programs(agent, cfg, a.rows // NUM_ENVS, a.chunk_steps, 10)
+    fns = seedmesh.shard_seeds(fns, mesh)
     keys = [loop.seed_keys(s) for s in range(a.seeds)]
-    stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
+    stacked = seedmesh.put_seeds({k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}, mesh)
     init = jax.jit(fns["init"], compiler_options=loop.init_compiler_options())
     shape = jax.eval_shape(init, stacked)
     base = loop.compiler_options(agent) or {}
-    zeros = jnp.zeros((a.chunk_steps,), jnp.int32)
+    zeros = seedmesh.put_replicated(jnp.zeros((a.chunk_steps,), jnp.int32), mesh)
     chunk, compile_s, carry = {}, {}, {}
     for side in ("A", "B"):
         opts = {**base, **extra[side]}
@@ -95,13 +109,14 @@ def main(argv=None) -> int:
     for side in ("A", "B"):            # up to and including the gate, then one warm-up chunk
         step = 0
         while step < 65 + a.chunk_steps:
-            carry[side], _ = chunk[side](carry[side], jnp.asarray(counts[step:step + a.chunk_steps],
-                                                                   jnp.int32))
+            carry[side], _ = chunk[side](carry[side], seedmesh.put_replicated(
+                jnp.asarray(counts[step:step + a.chunk_steps], jnp.int32), mesh))
             step += a.chunk_steps
         jax.block_until_ready(carry[side])
     times = {"A": [], "B": []}
     for r in range(a.rounds):
-        c = jnp.asarray(counts[step:step + a.chunk_steps], jnp.int32)
+        c = seedmesh.put_replicated(jnp.asarray(counts[step:step + a.chunk_steps], jnp.int32),
+                                    mesh)
         n_up = int(sum(counts[step:step + a.chunk_steps])) * a.seeds
         for side in (("A", "B") if r % 2 == 0 else ("B", "A")):
             t0 = time.perf_counter()
