@@ -67,15 +67,20 @@ def test_twohot_encode_weights():
     assert wb[5] == 1.0 and wa[5] == 0.0
 
 
+@pytest.mark.parametrize("n", [255, 41, 9])
 @pytest.mark.parametrize("decode", ["exact", "ref"])
-def test_twohot_encode_indices_equal_the_reference_comparison_counts(decode):
-    """The binary search gives the reference's indices (#(b <= x) - 1, n - #(b > x),
-    clipped) on every bin value, its float32 neighbours, the range ends and NaN."""
-    b = np.asarray(jax.jit(lambda: twohot.bins(255, decode))())
-    n = len(b)
+def test_twohot_encode_indices_equal_the_reference_comparison_counts(decode, n):
+    """The windowed count (twohot.count_le) gives the reference's indices (#(b <= x) - 1,
+    n - #(b > x), clipped) on every bin value, its float32 neighbours and the midpoints
+    between bins, values of every magnitude, the range ends and NaN."""
+    b = np.asarray(jax.jit(lambda: twohot.bins(n, decode))())
+    assert len(b) == n
+    rng = np.random.default_rng(3)
+    mid = (b[:-1].astype(np.float64) + b[1:]) / 2
     x = np.concatenate([b, np.nextafter(b, np.float32(np.inf)), np.nextafter(b, np.float32(-np.inf)),
-                        np.random.default_rng(3).normal(size=200).astype(np.float32) * 50,
-                        [0.0, -0.0, 1e30, -1e30, np.inf, -np.inf, np.nan]]).astype(np.float32)
+                        mid, rng.normal(size=200) * 50,
+                        np.sign(rng.normal(size=400)) * np.exp(rng.uniform(-30, 50, size=400)),
+                        [0.0, -0.0, 1e-40, -1e-40, 1e30, -1e30, np.inf, -np.inf, np.nan]]).astype(np.float32)
     below, above, wb, wa = [np.asarray(v) for v in jax.jit(twohot.encode)(x, jnp.asarray(b))]
     # the reference's n-wide comparison, under jit as well (XLA:CPU treats denormals as 0)
     want_below, want_above = [np.asarray(v) for v in jax.jit(lambda x, b: (

@@ -40,11 +40,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .nets import symexp
+from .nets import symexp, symlog
 
 __all__ = ["bins", "bins_exact", "bins_ref", "mean", "mean_exact", "mean_ref",
            "mean_ref_literal", "ref_pair_sum", "two_product", "log_prob", "log_prob_pair",
-           "encode"]
+           "count_le", "encode", "GRID_LIMIT"]
 
 f32 = jnp.float32
 
@@ -207,22 +207,55 @@ def mean(logits, b, decode: str):
     raise ValueError(f"twohot.mean: decode must be 'exact' or 'ref', got {decode!r}")
 
 
+#: Half-width of the symlog grid that both decodes' bins are built on (nets.py:467-476).
+GRID_LIMIT = 20.0
+#: Bins compared per value by :func:`count_le` around its arithmetic guess.
+_WINDOW = 4
+
+
+def count_le(x, b):
+    """#(b <= x) i32[...] for raw values x f32[...] and the symexp bins b f32[n] of either
+    decode (symexp of a grid of n points from -20 to 20, ascending; :func:`bins`).
+
+    The reference counts with an n-wide comparison (jaxutils.py:257-270).  Here the grid
+    position of symlog(x) gives the index up to float32 rounding (well under one bin), and
+    the count is finished exactly by comparing x with the 4 bins from one below that guess
+    (``lo`` below, all of whose bins are <= x): the same integer as the n-wide count, for
+    every x including +-inf, with 4 comparisons instead of n.  NaN compares false with
+    every bin, so its count is only that guess (:func:`encode` sets NaN's indices
+    itself).  Grids of fewer than 8 bins use the n-wide count.
+
+    Raises ValueError (at trace time) if ``b`` is not one-dimensional.
+    """
+    if b.ndim != 1:
+        raise ValueError(f"twohot.count_le: bins must be 1-D, got shape {b.shape}")
+    n = b.shape[0]
+    if n < 2 * _WINDOW:
+        return (b <= x[..., None]).sum(-1, dtype=jnp.int32)
+    s = symlog(jnp.where(jnp.isnan(x), 0.0, x))
+    guess = jnp.floor((s + GRID_LIMIT) * ((n - 1) / (2 * GRID_LIMIT)))
+    lo = jnp.clip(guess - 1.0, 0.0, float(n - _WINDOW)).astype(jnp.int32)
+    count = lo
+    for j in range(_WINDOW):
+        count = count + (b[lo + j] <= x).astype(jnp.int32)
+    return count
+
+
 def encode(x, b):
-    """Two-hot target of raw values x f32[...] on bins b f32[n] (sorted ascending).
+    """Two-hot target of raw values x f32[...] on the symexp bins b f32[n] of either decode
+    (sorted ascending; :func:`bins`).
 
     Returns (below i32[...], above i32[...], w_below f32[...], w_above f32[...]) as in the
     reference (jaxutils.py:257-270): below = #(b <= x) - 1, above = n - #(b > x), both
     clipped to [0, n-1]; equal indices give weights 0.5/0.5 on the same bin.  The count
-    #(b <= x) is the reference's n-wide comparison summed (``searchsorted`` with
-    ``compare_all``; above = #(b <= x) for every non-NaN x), and NaN keeps the reference's
-    indices (below 0, above n-1).  An unrolled binary search gave the same integers, but
-    XLA copied its chain of 8 steps into each of the ~95 fusions that read the indices (19%
-    of the chunk program's HLO ops with source metadata, and a slower compile;
-    docs/PERFORMANCE.md); a summed comparison ends in a reduction, which XLA materialises
-    once.
+    #(b <= x) is :func:`count_le` (above = #(b <= x) for every non-NaN x), and NaN keeps
+    the reference's indices (below 0, above n-1).  Earlier forms gave the same integers
+    and were slower: an unrolled binary search, which XLA copied into each of the ~95
+    fusions that read the indices, and the n-wide comparison summed, one (n, ...) pass of
+    ~11 ms per update at the full profile (docs/PERFORMANCE.md).
     """
     n = b.shape[0]
-    count = jnp.searchsorted(b, x, side="right", method="compare_all").astype(jnp.int32)
+    count = count_le(x, b)
     nan = jnp.isnan(x)
     below = jnp.where(nan, 0, jnp.clip(count - 1, 0, n - 1))
     above = jnp.where(nan, n - 1, jnp.clip(count, 0, n - 1))
