@@ -88,7 +88,7 @@ def summarise(pairs: list[dict], target: float = TARGET) -> dict:
 
 
 def _run(cmd: list[str], what: str) -> dict:
-    print(f"  {what}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    print(f"  {what}: {Path(cmd[1]).name} {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"{what} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
