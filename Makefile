@@ -55,7 +55,7 @@ bench: setup
 	$(PY) benchmarks/bench_analysis.py
 
 # The 3x speed target judged by the median of 3 alternated candidate/reference pairings
-# (about 15-30 minutes of both cores; needs reference-setup).
+# (about 15-20 minutes of both cores once the caches are warm; needs reference-setup).
 bench-ratio: setup
 	$(PY) benchmarks/pair_ratio.py --pairs 3
 

@@ -68,3 +68,31 @@ def test_bad_arguments_stop_before_any_benchmark_runs(args, name, capsys):
         pair_ratio.main(args)
     assert e.value.code == 2
     assert name in capsys.readouterr().err
+
+
+def test_main_alternates_the_order_and_writes_the_summary(tmp_path, monkeypatch, capsys):
+    from dreamer_parity.reference import setup as rs
+    monkeypatch.setattr(rs, "check_setup", lambda root: {})
+    calls, cand_s, ref_s = [], iter([0.30, 0.32, 0.31]), iter([0.90, 0.80, 0.93])
+
+    def fake_run(cmd, what):
+        calls.append(what)
+        if what == "bench_candidate":
+            assert "--skip-cold" in cmd and cmd[cmd.index("--seeds") + 1] == "3"
+            return {"code": {"commit": "abc1234", "dirty": False},
+                    "throughput": {"3": {"s_per_update_per_seed": next(cand_s),
+                                         "cpu_s_per_seed_update": 0.6}}}
+        assert cmd[cmd.index("--profile") + 1] == "full"
+        return {"s_per_update_loop": next(ref_s)}
+
+    monkeypatch.setattr(pair_ratio, "_run", fake_run)
+    out = tmp_path / "pairs.json"
+    assert pair_ratio.main(["--pairs", "3", "--out", str(out)]) == 0
+    assert calls == ["bench_candidate", "bench_reference", "bench_reference",
+                     "bench_candidate", "bench_candidate", "bench_reference"]
+    res = json.loads(out.read_text())
+    assert [round(p["ratio"], 4) for p in res["pairs"]] == [3.0, 2.5, 3.0]
+    assert res["median_ratio"] == pytest.approx(3.0) and res["median_meets_target"] is True
+    err = capsys.readouterr().err
+    assert "pairing 2: candidate 0.320 s, reference 0.800 s, ratio 2.50x" in err
+    assert not (tmp_path / "pairs.json.tmp").exists()
