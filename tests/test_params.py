@@ -36,21 +36,31 @@ def _error(raw) -> str:
     return msg
 
 
-def test_repository_params_file_is_round1_defaults():
+def test_repository_params_file_is_the_round3_candidate_round():
     p = load(REPO / "params.yaml")
-    assert p["round"] == "round1" and p["decode"] == "exact" and p["profile"] == "full"
-    assert p["seeds"] == [0, 1, 2]
+    assert p["round"] == "round3-candidate" and p["decode"] == "exact" and p["profile"] == "full"
+    assert p["seeds"] == [0, 1, 2, 3, 4]
+    assert (p["rows"], p["eval_every"], p["eval_episodes"]) == (24000, 400, 10)
+    assert p["reference"] == {"decode": "exact", "sampler": "per_run",
+                              "source": "data/published/round3"}
+    assert p["stats"] == {"s1_rows": [16000, 18000, 20000], "late_rows": [12000, 24000],
+                          "good_return": 400.0, "concordance_rows": [20000, 24000],
+                          "concordance_range": [16000, 24000], "equivalence_margin": 0.1,
+                          "failed_rule": "zero"}
+    assert len([r for r in eval_points(p) if 12000 <= r <= 24000]) == 31
+
+
+def test_missing_keys_take_the_round1_values():
+    p = validate({})
+    assert p["round"] == "round1" and p["seeds"] == [0, 1, 2]
     assert (p["rows"], p["eval_every"], p["eval_episodes"]) == (20000, 2000, 10)
     assert p["reference"] == {"decode": "ref", "sampler": "stock", "source": "run"}
     assert p["stats"] == {"s1_rows": [16000, 18000, 20000], "late_rows": [],
                           "good_return": 400.0, "concordance_rows": [20000],
-                          "concordance_range": [16000, 20000], "failed_rule": "zero"}
+                          "concordance_range": [16000, 20000], "equivalence_margin": 0.1,
+                          "failed_rule": "zero"}
     assert isinstance(p["stats"]["good_return"], float)
     assert eval_points(p) == list(range(2000, 20001, 2000))
-
-
-def test_missing_keys_take_schema_defaults():
-    assert validate({}) == load(REPO / "params.yaml")
 
 
 @pytest.mark.parametrize("key, value, expected", [

@@ -84,6 +84,10 @@ SCHEMA: dict[str, Field] = {
                                     doc="rows at which runs with eval >= good_return are counted"),
     "stats.concordance_range": Field("int_pair_or_empty", [16000, 20000],
                                      doc="row range of the per-side rate of eval >= good_return"),
+    "stats.equivalence_margin": Field(
+        "float", 0.10,
+        doc="equivalence (TOST) margin on the primary statistic, as a fraction of the "
+            "reference side's mean of it (a labelled addition, never the round's gate)"),
     "stats.failed_rule": Field("str", "zero", ("zero",),
                                "missing evaluation points of a failed seed count as return 0"),
 }
@@ -243,6 +247,10 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
             "eval_every", f"{typed['eval_every']} does not divide rows={typed['rows']}")
     if not math.isfinite(typed["stats.good_return"]):
         raise ParamsError("stats.good_return", f"must be finite, got {typed['stats.good_return']}")
+    m = typed["stats.equivalence_margin"]
+    if not (math.isfinite(m) and 0 < m < 1):
+        raise ParamsError("stats.equivalence_margin",
+                          f"must be a fraction in (0, 1) of the reference mean, got {m}")
     seeds = typed["seeds"]
     if not seeds:
         raise ParamsError("seeds", "needs at least one seed")
@@ -273,6 +281,10 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
     src = typed["reference.source"]
     if not src:
         raise ParamsError("reference.source", "must be 'run' or a directory of published runs")
+    if src != "run" and (Path(src).is_absolute() or src.startswith("~")):
+        raise ParamsError(
+            "reference.source", f"{src!r} is absolute; use a path relative to the repository, "
+                                f"e.g. data/published/round3 (absolute paths must not be committed)")
     return _nest(typed)
 
 

@@ -5,7 +5,10 @@ plus the host state (records, episodes, failures, next chunk) as JSON bytes.  It
 written atomically (temporary file + rename), so a killed run leaves either the previous
 checkpoint or the new one.
 
-Its directory is ``<work_dir>/<key>/`` where ``key`` hashes everything that determines
+Its directory is ``<work_dir>/<key>/``; the default ``work_dir`` is :func:`default_root`,
+a per-user cache outside the repository, so that a run started from one checkout is
+resumed by the next start on the same machine even when the checkout is laid anew.  The
+``key`` ``key`` hashes everything that determines
 the run's numbers: the resolved run parameters, the agent config, the content of the
 run's source files (:data:`CODE_FILES`: the code identity that the repository commit plus
 the dirty diff of ``src/`` stand for, without depending on unrelated commits), the agent
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["code_hash", "run_key", "save", "load", "CKPT_NAME", "CheckpointMismatch"]
+__all__ = ["user_cache_root", "default_root", "code_hash", "run_key", "save", "load", "CKPT_NAME", "CheckpointMismatch"]
 
 CKPT_NAME = "checkpoint.npz"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +33,19 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 class CheckpointMismatch(RuntimeError):
     """A checkpoint exists under the key but does not fit the current program."""
+
+
+def user_cache_root() -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity``: this project's per-user cache."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "dreamer-parity"
+
+
+def default_root() -> Path:
+    """The default checkpoint root: ``$DREAMER_PARITY_WORK_DIR`` if set, else
+    ``<user cache>/candidate-runs`` (:func:`user_cache_root`).  Never inside a DVC output."""
+    env = os.environ.get("DREAMER_PARITY_WORK_DIR")
+    return Path(env) if env else user_cache_root() / "candidate-runs"
 
 
 #: The code that determines a candidate run's numbers and files, relative to the package.

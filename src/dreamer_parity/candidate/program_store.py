@@ -71,8 +71,8 @@ def default_root() -> Path:
     env = os.environ.get("DREAMER_PARITY_PROGRAMS")
     if env:
         return Path(env)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "dreamer-parity" / "candidate-programs"
+    from .checkpoint import user_cache_root
+    return user_cache_root() / "candidate-programs"
 
 
 def use_compilation_cache() -> str:
@@ -86,8 +86,8 @@ def use_compilation_cache() -> str:
     current = jax.config.jax_compilation_cache_dir
     if current:
         return current
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    path = str(Path(cache) / "dreamer-parity" / "jaxcache-candidate")
+    from .checkpoint import user_cache_root
+    path = str(user_cache_root() / "jaxcache-candidate")
     jax.config.update("jax_compilation_cache_dir", path)
     return path
 

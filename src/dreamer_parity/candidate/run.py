@@ -3,14 +3,15 @@
 Command line (the DVC stage)::
 
     python -m dreamer_parity.candidate.run --params params.yaml --out results \\
-        [--work-dir .work/candidate]
+        [--work-dir DIR]
 
 The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
 is imported or compiled.  All seeds run in one vmapped, jitted program
 (:mod:`dreamer_parity.candidate.loop`); on CPU the command asks XLA for one host device per
 seed and the program runs each seed on its own device (:mod:`.seedmesh`).  At every evaluation point the records are built
-on the host and a checkpoint is written to ``<work-dir>/<key>/``
-(:mod:`dreamer_parity.candidate.checkpoint`); a killed run started again with the same
+on the host and a checkpoint is written to ``<work-dir>/<key>/`` (default: the per-user
+cache ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs``, or
+``$DREAMER_PARITY_WORK_DIR``; :mod:`dreamer_parity.candidate.checkpoint`); a killed run started again with the same
 parameters and code resumes from it and writes the same records.  Only when the run
 completes are ``<out>/candidate/s<seed>/{records.jsonl, episodes.jsonl, run.json, timing.json,
 params.npz, DONE.json}`` written (``DONE.json`` last).
@@ -126,14 +127,15 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
         records.write_done(d, "failed" if reason else "ok", reason)
 
 
-def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
+def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         hooks: dict | None = None, argv: dict | None = None) -> dict:
     """Run all seeds of validated ``params``; write the outputs under ``out``.
 
     Args:
       params: a validated params dict (:func:`dreamer_parity.params.validate`).
       out: the output root (``<out>/candidate/s<seed>/`` per seed; the stage passes ``results``).
-      work_dir: checkpoint root; the run's checkpoint is ``<work_dir>/<key>/``.
+      work_dir: checkpoint root (None: :func:`.checkpoint.default_root`); the run's
+        checkpoint is ``<work_dir>/<key>/``.
       agent, cfg: the agent module and its config (default: ``candidate.agent`` with
         ``AgentConfig.from_params(params)``).
       hooks: optional test hooks: ``after_point(carry, point_index) -> carry`` applied
@@ -179,7 +181,7 @@ def run(params: dict, out, work_dir=".work/candidate", agent=None, cfg=None,
     key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
                           extra={"seed_devices": 1 if mesh is None else len(seeds)},
                           agent_file=agent_file)
-    ckdir = Path(work_dir) / key
+    ckdir = Path(work_dir if work_dir is not None else ckptlib.default_root()) / key
     for s in seeds:   # stale completion markers must not make this run look finished
         stale = records.run_dir(out, "candidate", s) / records.DONE
         if stale.exists():
@@ -304,9 +306,13 @@ def main(argv=None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--params", default="params.yaml", help="the params file")
     ap.add_argument("--out", required=True, help="output root; seed S goes to <out>/candidate/sS (the stage passes results)")
-    ap.add_argument("--work-dir", default=".work/candidate",
-                    help="checkpoint root (git-ignored, outside the stage's outputs)")
+    ap.add_argument("--work-dir", default=None,
+                    help="checkpoint root (default: $DREAMER_PARITY_WORK_DIR, else "
+                         "${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs)")
     args = ap.parse_args(argv)
+    if args.work_dir is None:
+        from .checkpoint import default_root
+        args.work_dir = str(default_root())
     try:
         params = paramslib.load(args.params)
         out, work = Path(args.out).resolve(), Path(args.work_dir).resolve()
@@ -323,7 +329,8 @@ def main(argv=None) -> int:
     from . import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))
     from ..provenance import REPO_ROOT, relative_to_roots
-    roots = {"repo": REPO_ROOT, "cwd": Path.cwd()}
+    from .checkpoint import user_cache_root
+    roots = {"repo": REPO_ROOT, "cwd": Path.cwd(), "user-cache": user_cache_root()}
     run(params, args.out, args.work_dir,
         argv={"params": relative_to_roots(args.params, roots),
               "out": relative_to_roots(args.out, roots),
