@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv published reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures
+.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures
 
 venv: $(STAMP)
 
@@ -22,14 +22,11 @@ $(STAMP): requirements.lock pyproject.toml
 reference-setup: $(STAMP)
 	$(PY) -m dreamer_parity.reference.setup
 
-# data/published is a frozen DVC import: take it from the DVC remote, or import it again from its
-# local source ../shared/published (machines without the remote's copy).
-published: $(STAMP)
-	@test -e data/published || $(DVC) pull -q data/published.dvc 2>/dev/null \
-	  || $(DVC) update -q data/published.dvc \
-	  || { echo "data/published: not in the DVC remote and its source ../shared/published is absent (README, 'The published study')"; exit 1; }
-
-setup: venv reference-setup published
+# The reference set-up is needed only when params.yaml runs the reference
+# (reference.source: run); a published reference side comes with the repository.
+setup: venv
+	@if [ "$$($(PY) -m dreamer_parity.params show --key reference | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["source"])')" = run ]; \
+	  then $(MAKE) --no-print-directory reference-setup; fi
 
 # Stage commands call `python` from PATH (dvc.yaml, README.md): .venv/bin goes first.
 DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
@@ -37,10 +34,10 @@ DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
 run: setup
 	$(DVC) repro
 
-# The smoke round as an experiment run in the workspace (a --temp clone cannot check out the
-# frozen data/published import); -f replaces an earlier `smoke` experiment.  Afterwards the
+# The smoke round (both sides run at tiny widths: needs the reference set-up) as an
+# experiment in the workspace; -f replaces an earlier `smoke` experiment.  Afterwards the
 # workspace holds the smoke round: `git checkout params.yaml && dvc checkout` returns to HEAD.
-smoke: setup
+smoke: venv reference-setup
 	$(DVC) exp run -f -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
 	$(DVC) metrics diff HEAD smoke
 

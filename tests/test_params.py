@@ -12,10 +12,12 @@ from dreamer_parity import params as P
 from dreamer_parity.params import ParamsError, eval_points, load, validate
 
 REPO = Path(__file__).resolve().parents[1]
+#: Round 1's params file: the base the tests below edit.
+ROUND1 = REPO / "tests" / "fixtures" / "params_round1.yaml"
 
 
 def _defaults_raw() -> dict:
-    return yaml.safe_load((REPO / "params.yaml").read_text())
+    return yaml.safe_load(ROUND1.read_text())
 
 
 def _set(raw: dict, dotted: str, value) -> dict:
@@ -52,6 +54,7 @@ def test_repository_params_file_is_the_round3_candidate_round():
 
 def test_missing_keys_take_the_round1_values():
     p = validate({})
+    assert p == load(ROUND1)
     assert p["round"] == "round1" and p["seeds"] == [0, 1, 2]
     assert (p["rows"], p["eval_every"], p["eval_episodes"]) == (20000, 2000, 10)
     assert p["reference"] == {"decode": "ref", "sampler": "stock", "source": "run"}
@@ -234,7 +237,7 @@ def test_root_not_a_mapping():
 # --- files as `dvc exp run -S` writes them -----------------------------------------------
 
 def test_load_reads_strings_written_back_by_dvc(tmp_path):
-    text = (REPO / "params.yaml").read_text()
+    text = ROUND1.read_text()
     text = text.replace("rows: 20000", "rows: '20000'")
     text = text.replace("good_return: 400", "good_return: '4e2'")
     text = text.replace("eval_episodes: 10", "eval_episodes: 10.0")
@@ -268,7 +271,7 @@ def test_dvc_set_param_rewrite_is_read_back(tmp_path):
     """The exact writer of ``dvc exp run -S`` (dvc.utils.hydra.apply_overrides)."""
     hydra = pytest.importorskip("dvc.utils.hydra", reason="dvc missing: run `make setup`")
     f = tmp_path / "params.yaml"
-    f.write_text((REPO / "params.yaml").read_text())
+    f.write_text(ROUND1.read_text())
     hydra.apply_overrides(f, ["stats.good_return=3e-05", "rows='24000'", "eval_episodes=5.0",
                               "seeds=[3,4]"])
     text = f.read_text()
@@ -286,7 +289,7 @@ def test_smoke_overrides_give_the_smoke_round(tmp_path):
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[0::2] == ["-S"] * (len(out) // 2)
     f = tmp_path / "params.yaml"
-    f.write_text((REPO / "params.yaml").read_text())
+    f.write_text(ROUND1.read_text())
     hydra.apply_overrides(f, out[1::2])
     p = load(f)
     assert p["profile"] == "smoke" and p["round"] == "smoke"
@@ -294,7 +297,9 @@ def test_smoke_overrides_give_the_smoke_round(tmp_path):
     assert eval_points(p) == [400, 800, 1200]
     assert p["stats"]["s1_rows"] == eval_points(p)[-3:]
     assert p["decode"] == "exact" and p["reference"]["decode"] == "ref"
-    assert p == P.smoke_params(load(REPO / "params.yaml"))
+    assert p == P.smoke_params(load(ROUND1))
+    # the smoke round is the same whichever round params.yaml holds
+    assert P.smoke_params(load(REPO / "params.yaml")) == p
 
 
 def test_cli_check_reports_the_key(tmp_path):

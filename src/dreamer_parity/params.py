@@ -92,9 +92,15 @@ SCHEMA: dict[str, Field] = {
                                "missing evaluation points of a failed seed count as return 0"),
 }
 
-#: The smoke round (Foundation issue): 1200 rows, evaluation every 400, 2 episodes.
+#: The smoke round: round 1's design at tiny widths (1200 rows, evaluation every 400,
+#: 2 episodes), whatever round params.yaml holds; both sides run (no published run has
+#: 1200 rows).
 SMOKE = {
     "round": "smoke",
+    "decode": "exact",
+    "reference.decode": "ref",
+    "reference.sampler": "stock",
+    "reference.source": "run",
     "profile": "smoke",
     "seeds": [0, 1],
     "rows": 1200,
