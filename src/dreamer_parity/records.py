@@ -60,7 +60,8 @@ from pathlib import Path
 __all__ = [
     "RecordError", "RECORD_FIELDS", "EPISODE_FIELDS", "SIDES", "run_dir",
     "write_json", "write_jsonl", "read_json", "read_records", "read_episodes",
-    "read_done", "write_done", "read_run", "clean_json", "DONE",
+    "read_done", "write_done", "read_run", "clean_json", "DONE", "loads_finite",
+    "mean_matches", "MEAN_RTOL", "MAX_INT", "read_run_info",
 ]
 
 SIDES = ("reference", "candidate")
@@ -94,6 +95,52 @@ EPISODE_FIELDS = {
 
 class RecordError(ValueError):
     """A run's file is missing, truncated or malformed; the message names file and line."""
+
+
+#: Relative tolerance of a logged mean against the mean of its list (both writers compute
+#: ``float(np.mean(list_of_python_floats))`` in float64; measured: 0 on every published
+#: evals.jsonl, so 1e-9 of ``max(1, |mean|)`` only absorbs summation order).
+MEAN_RTOL = 1e-9
+#: Largest integer a count field may hold (exact in float64, fits int64).
+MAX_INT = 2 ** 53
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _parse_constant(name):
+    raise _NonFinite(f"{name} is not a finite number (JSON has no NaN/Infinity)")
+
+
+def _parse_float(text):
+    v = float(text)
+    if not math.isfinite(v):
+        raise _NonFinite(f"{text} is not a finite number")
+    return v
+
+
+def loads_finite(text: str):
+    """``json.loads`` refusing NaN, Infinity and overflowing floats (ValueError).
+
+    Every file the project reads was written with ``allow_nan=False``; Python's json would
+    otherwise read ``NaN`` / ``Infinity`` silently.
+    """
+    return json.loads(text, parse_constant=_parse_constant, parse_float=_parse_float)
+
+
+def mean_matches(mean, values) -> bool:
+    """Whether ``mean`` equals the mean of the non-empty list ``values`` (:data:`MEAN_RTOL`)."""
+    want = math.fsum(values) / len(values)
+    return abs(float(mean) - want) <= MEAN_RTOL * max(1.0, abs(want))
+
+
+def _read_text(path: Path, where: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise RecordError(f"{where}:{line}: not UTF-8 text (byte {e.start})") from None
 
 
 def run_dir(root: str | os.PathLike, side: str, seed: int) -> Path:
@@ -155,8 +202,12 @@ def read_json(path) -> dict:
     if not path.exists():
         raise RecordError(f"{path}: missing")
     try:
-        obj = json.loads(path.read_text())
+        obj = loads_finite(_read_text(path, str(path)))
+    except _NonFinite as e:
+        raise RecordError(f"{path}: {e}") from None
     except ValueError as e:
+        if isinstance(e, RecordError):
+            raise
         raise RecordError(f"{path}: invalid JSON ({e})") from None
     if not isinstance(obj, dict):
         raise RecordError(f"{path}: expected a JSON object")
@@ -175,6 +226,8 @@ def read_done(directory) -> dict:
     obj = read_json(path)
     if obj.get("status") not in ("ok", "failed"):
         raise RecordError(f"{path}: status must be 'ok' or 'failed', got {obj.get('status')!r}")
+    if "reason" in obj and not isinstance(obj["reason"], str):
+        raise RecordError(f"{path}: reason must be a string, got {type(obj['reason']).__name__}")
     return obj
 
 
@@ -200,12 +253,27 @@ def _check_record_values(path, lineno, obj):
     if obj["status"] not in ("ok", "failed"):
         raise RecordError(f"{path}:{lineno}: field 'status' must be 'ok' or 'failed', "
                           f"got {obj['status']!r}")
+    _check_counts(path, lineno, obj, ("seed", "rows", "updates"))
     for name, ok, what in (("eval_returns", _is_number, "numbers"),
                            ("eval_lengths", lambda v: isinstance(v, int)
                             and not isinstance(v, bool), "integers")):
         bad = [v for v in obj[name] if not ok(v)]
         if bad:
             raise RecordError(f"{path}:{lineno}: field {name!r} must hold {what}, got {bad[0]!r}")
+    if len(obj["eval_returns"]) != len(obj["eval_lengths"]):
+        raise RecordError(f"{path}:{lineno}: eval_returns and eval_lengths differ in length")
+    for mean_key, list_key in (("eval_mean", "eval_returns"), ("eval_len_mean", "eval_lengths")):
+        values = obj[list_key]
+        if not values:
+            raise RecordError(f"{path}:{lineno}: field {list_key!r} is empty")
+        if not mean_matches(obj[mean_key], values):
+            raise RecordError(
+                f"{path}:{lineno}: field {mean_key!r} {obj[mean_key]!r} is not the mean of "
+                f"{list_key!r} ({math.fsum(values) / len(values)!r})")
+    bad = [v for v in obj["eval_lengths"] if not 0 <= v <= MAX_INT]
+    if bad:
+        raise RecordError(f"{path}:{lineno}: field 'eval_lengths' holds {bad[0]}, outside "
+                          f"0..2**53")
     for name, ok, what in (("train", lambda v: v is None or _is_number(v), "numbers or null"),
                            ("train_counts", lambda v: isinstance(v, int)
                             and not isinstance(v, bool), "integers")):
@@ -215,11 +283,19 @@ def _check_record_values(path, lineno, obj):
                               f"got {obj[name][bad[0]]!r}")
 
 
+def _check_counts(path, lineno, obj, names):
+    """Integer fields that count something: 0 <= value <= 2**53 (types checked before)."""
+    for name in names:
+        if not 0 <= obj[name] <= MAX_INT:
+            raise RecordError(f"{path}:{lineno}: field {name!r} must lie in 0..2**53, "
+                              f"got {obj[name]}")
+
+
 def _read_lines(path):
     path = Path(path)
     if not path.exists():
         raise RecordError(f"{path}: missing")
-    text = path.read_text()
+    text = _read_text(path, str(path))
     if text and not text.endswith("\n"):
         n = text.count("\n") + 1
         raise RecordError(f"{path}:{n}: truncated line (no final newline)")
@@ -228,7 +304,9 @@ def _read_lines(path):
         if not line.strip():
             raise RecordError(f"{path}:{i}: empty line")
         try:
-            obj = json.loads(line)
+            obj = loads_finite(line)
+        except _NonFinite as e:
+            raise RecordError(f"{path}:{i}: {e}") from None
         except ValueError as e:
             raise RecordError(f"{path}:{i}: truncated or invalid JSON ({e})") from None
         if not isinstance(obj, dict):
@@ -277,8 +355,46 @@ def read_episodes(directory, require_done: bool = True) -> list[dict]:
     eps = []
     for i, obj in _read_lines(path):
         _check_types(path, i, obj, EPISODE_FIELDS)
+        _check_counts(path, i, obj, ("seed", "worker", "row_last", "length"))
         eps.append(obj)
     return eps
+
+
+#: run.json keys whose value, when present, must be a JSON object
+_RUN_OBJECTS = ("args", "config", "provenance")
+#: provenance keys that name a git tree: ``{"commit": str | null, "dirty": bool | null}``
+_TREES = ("repo", "reference", "reference_checkout")
+
+
+def read_run_info(path) -> dict:
+    """Read ``run.json``: ``side`` / ``seed`` when present of their types, ``args``,
+    ``config``, ``provenance`` objects, its trees ``{commit: str|null, dirty: bool|null}``
+    and ``versions`` ``{name: str|null}`` (RecordError naming the file and field)."""
+    obj = read_json(path)
+    for key in _RUN_OBJECTS:
+        if key in obj and not isinstance(obj[key], dict):
+            raise RecordError(f"{path}: field {key!r} must be an object, got "
+                              f"{type(obj[key]).__name__}")
+    if "side" in obj and obj["side"] not in SIDES:
+        raise RecordError(f"{path}: field 'side' must be one of {SIDES}, got {obj['side']!r}")
+    if "seed" in obj and (isinstance(obj["seed"], bool) or not isinstance(obj["seed"], int)):
+        raise RecordError(f"{path}: field 'seed' must be an integer, got {obj['seed']!r}")
+    prov = obj.get("provenance", {})
+    for tree in _TREES:
+        if tree not in prov:
+            continue
+        t = prov[tree]
+        if not isinstance(t, dict):
+            raise RecordError(f"{path}: field 'provenance.{tree}' must be an object")
+        if not isinstance(t.get("commit"), (str, type(None))):
+            raise RecordError(f"{path}: field 'provenance.{tree}.commit' must be a string or null")
+        if not isinstance(t.get("dirty"), (bool, type(None))):
+            raise RecordError(f"{path}: field 'provenance.{tree}.dirty' must be true, false or null")
+    versions = prov.get("versions", {})
+    if not isinstance(versions, dict) or not all(
+            isinstance(v, (str, type(None))) for v in versions.values()):
+        raise RecordError(f"{path}: field 'provenance.versions' must map names to strings or null")
+    return obj
 
 
 def read_run(directory) -> dict:
@@ -291,7 +407,7 @@ def read_run(directory) -> dict:
     timing_path = directory / "timing.json"
     return {
         "done": done,
-        "run": read_json(directory / "run.json"),
+        "run": read_run_info(directory / "run.json"),
         "records": read_records(directory, require_done=False),
         "episodes": read_episodes(directory, require_done=False),
         "timing": read_json(timing_path) if timing_path.exists() else None,
