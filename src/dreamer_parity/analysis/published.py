@@ -44,33 +44,71 @@ _NO_EPISODES = "published runs carry no episodes.jsonl (training episodes)"
 
 
 def read_evals(path) -> list[dict]:
-    """Read a published ``evals.jsonl``; AnalysisError names file and line when malformed."""
+    """Read a published ``evals.jsonl``; AnalysisError names file and line when malformed.
+
+    Every line is an object with integer ``seed``, ``rows``, ``updates`` (0..2**53), a
+    number ``mean`` and, when not null, ``returns`` (a non-empty list of numbers whose mean
+    is ``mean``, :data:`dreamer_parity.records.MEAN_RTOL`) and ``lengths`` (integers, as
+    many, their mean ``len_mean`` when present); no NaN or Infinity anywhere; ``rows``
+    strictly increasing.
+    """
+    from dreamer_parity import records
+
     path = Path(path)
+    name = display_path(path)
     if not path.exists():
-        raise AnalysisError(f"{display_path(path)}: missing")
-    text = path.read_text()
+        raise AnalysisError(f"{name}: missing")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise AnalysisError(f"{name}:{line}: not UTF-8 text") from None
     if text and not text.endswith("\n"):
-        raise AnalysisError(f"{display_path(path)}:{text.count(chr(10)) + 1}: truncated line")
+        raise AnalysisError(f"{name}:{text.count(chr(10)) + 1}: truncated line")
     out = []
+    prev = None
     for i, line in enumerate(text.splitlines(), 1):
+        where = f"{name}:{i}"
         try:
-            obj = json.loads(line)
+            obj = records.loads_finite(line)
         except ValueError as e:
-            raise AnalysisError(f"{display_path(path)}:{i}: invalid JSON ({e})") from None
+            raise AnalysisError(f"{where}: invalid JSON or non-finite number ({e})") from None
+        if not isinstance(obj, dict):
+            raise AnalysisError(f"{where}: expected a JSON object")
         for key, types in (("seed", int), ("rows", int), ("updates", int),
                            ("mean", (int, float))):
-            v = obj.get(key) if isinstance(obj, dict) else None
+            v = obj.get(key)
             if isinstance(v, bool) or not isinstance(v, types):
-                raise AnalysisError(f"{display_path(path)}:{i}: field {key!r} missing or not a number")
-        if not np.isfinite(obj["mean"]):
-            raise AnalysisError(f"{display_path(path)}:{i}: field 'mean' is not finite")
-        ret = obj.get("returns")
-        if ret is not None and not isinstance(ret, list):
-            raise AnalysisError(f"{display_path(path)}:{i}: field 'returns' must be a list or null")
+                raise AnalysisError(f"{where}: field {key!r} missing or not a number")
+        for key in ("seed", "rows", "updates"):
+            if not 0 <= obj[key] <= records.MAX_INT:
+                raise AnalysisError(f"{where}: field {key!r} must lie in 0..2**53, got {obj[key]}")
+        for mean_key, list_key, kind in (("mean", "returns", (int, float)),
+                                         ("len_mean", "lengths", int)):
+            values = obj.get(list_key)
+            if values is None:
+                continue
+            if not isinstance(values, list) or not values:
+                raise AnalysisError(f"{where}: field {list_key!r} must be a non-empty list or null")
+            bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kind)]
+            if bad:
+                raise AnalysisError(f"{where}: field {list_key!r} must hold numbers, got {bad[0]!r}")
+            m = obj.get(mean_key)
+            if m is None and mean_key == "len_mean":
+                continue
+            if isinstance(m, bool) or not isinstance(m, (int, float)):
+                raise AnalysisError(f"{where}: field {mean_key!r} missing or not a number")
+            if not records.mean_matches(m, values):
+                raise AnalysisError(f"{where}: field {mean_key!r} {m!r} is not the mean of "
+                                    f"{list_key!r} ({sum(values) / len(values)!r})")
+        if obj.get("returns") is not None and obj.get("lengths") is not None and \
+                len(obj["returns"]) != len(obj["lengths"]):
+            raise AnalysisError(f"{where}: fields 'returns' and 'lengths' differ in length")
+        if prev is not None and obj["rows"] <= prev:
+            raise AnalysisError(f"{where}: field 'rows' out of order: {obj['rows']} after {prev}")
+        prev = obj["rows"]
         out.append(obj)
-    rows = [o["rows"] for o in out]
-    if any(b <= a for a, b in zip(rows, rows[1:])):
-        raise AnalysisError(f"{display_path(path)}: rows out of order")
     return out
 
 
