@@ -18,13 +18,11 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("DREAMER_PARITY_PROGRAMS", str(_cache.parent / "programs-tests"))
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-PUBLISHED = SHARED / "published"
+PUBLISHED = REPO / "data" / "published"
 
 
 @pytest.fixture(scope="session")
 def published_dir():
-    """../shared/published, or skip with the reason when it is absent."""
-    if not PUBLISHED.is_dir():
-        pytest.skip(f"published study files not found at ../shared/published")
+    """The published study's files, git-tracked in data/published."""
+    assert PUBLISHED.is_dir(), "data/published is part of the repository"
     return PUBLISHED

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from dreamer_parity.analysis import learning_check as lc
+from dreamer_parity.analysis import published_tables, learning_check as lc
 from dreamer_parity.analysis import load, metrics_out, published, synthetic
 from dreamer_parity.params import validate
 
@@ -29,12 +29,8 @@ ROUND1_S1 = [386.1, 246.43333333333334, 241.36666666666667]
 
 
 @pytest.fixture(scope="module")
-def pub(request):
-    """data/published (the frozen import), else ../shared/published; skip if neither."""
-    d = REPO / "data" / "published"
-    if (d / "round2" / "pairE" / "compare.md").is_file():
-        return d
-    return request.getfixturevalue("published_dir")
+def pub(published_dir):
+    return published_dir
 
 
 def _candidate(root, raw, s1, ent, fail=None):
@@ -82,17 +78,18 @@ def test_published_references_reproduced(pub):
     assert e["entropy"]["line"] == r1["entropy"]["line"] == 169
 
 
-def test_window_range_parser_names_file_and_line(pub, tmp_path):
-    md = pub / "round1" / "compare.md"
-    with pytest.raises(load.AnalysisError, match=r"compare.md: no section '### window ending at 5000 rows'"):
-        published.parse_window_range(md, 5000, "ent/action/mean")
-    with pytest.raises(load.AnalysisError, match=r"compare.md:157: section .* has no row 'ent/nothing'"):
-        published.parse_window_range(md, 4000, "ent/nothing")
-    bad = tmp_path / "compare.md"
-    bad.write_text(md.read_text().replace("| ent/action/mean | 0.5135 [0.5056, 0.5178]",
-                                          "| ent/action/mean | 0.5135 [0.5056]"))
-    with pytest.raises(load.AnalysisError, match=r"compare.md:169: ent/action/mean .*got '0.5135 \[0.5056\]'"):
-        published.parse_window_range(bad, 4000, "ent/action/mean")
+def test_window_range_reader_names_file_and_line(pub, tmp_path):
+    table, src = pub / "tables.csv", "round1/compare.md"
+    with pytest.raises(load.AnalysisError, match=r"tables.csv: round1/compare.md has no section '### window ending at 5000 rows'"):
+        published_tables.window_range(table, src, 5000, "ent/action/mean")
+    with pytest.raises(load.AnalysisError, match=r"tables.csv: round1/compare.md section .* has no row 'ent/nothing'"):
+        published_tables.window_range(table, src, 4000, "ent/nothing")
+    bad = tmp_path / "tables.csv"
+    bad.write_text(table.read_text().replace(
+        'ent/action/mean,"ref mean [min, max]","0.5135 [0.5056, 0.5178]"',
+        'ent/action/mean,"ref mean [min, max]","0.5135 [0.5056]"', 1))
+    with pytest.raises(load.AnalysisError, match=r"tables.csv:199: ent/action/mean .*got '0.5135 \[0.5056\]'"):
+        published_tables.window_range(bad, src, 4000, "ent/action/mean")
 
 
 # ----------------------------------------------------------------------------- the gate
@@ -247,11 +244,12 @@ def test_malformed_published_files_exit_2_naming_file_and_line(tmp_path, pub, ca
     assert "ref_s1/evals.jsonl:10: truncated line" in err
     _nothing_written(tmp_path)
     shutil.copy2(pub / "round2" / "ref_s1" / "evals.jsonl", ev)
-    md = copy / "round2" / "pairE" / "compare.md"
-    lines = md.read_text().splitlines(keepends=True)
-    md.write_text("".join(x for x in lines if not x.startswith("| ent/action/mean | 0.4591 ")))
+    table = copy / "tables.csv"
+    lines = table.read_text().splitlines(keepends=True)
+    table.write_text("".join(x for x in lines if not x.startswith(
+        "round2/pairE/compare.md,169,### window ending at 4000 rows,ent/action/mean,")))
     assert _cli(tmp_path, cand, copy)[0] == 2
     err = capsys.readouterr().err
-    assert "pairE/compare.md:157: section '### window ending at 4000 rows' has no row " \
-           "'ent/action/mean'" in err
+    assert "tables.csv: round2/pairE/compare.md section '### window ending at 4000 rows' " \
+           "has no row 'ent/action/mean'" in err
     _nothing_written(tmp_path)

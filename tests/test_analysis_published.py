@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from dreamer_parity.analysis import compare, load, metrics_out, published, stats
+from dreamer_parity.analysis import compare, load, metrics_out, published, published_tables, stats
 from dreamer_parity.params import validate
 
 SEEDS = [0, 1, 2]
@@ -25,7 +25,7 @@ def pair(request, published_dir):
     expected = json.loads((published_dir / summ).read_text())
     ref_runs = load.load_side(published_dir / ref, "reference", SEEDS)
     cand_runs = load.load_side(published_dir / cand, "candidate", SEEDS)
-    return expected, ref_runs, cand_runs, published_dir / md
+    return expected, ref_runs, cand_runs, (published_dir / "tables.csv", md)
 
 
 def test_layout_detected(published_dir):
@@ -52,7 +52,7 @@ def test_eval_curve_equals_published_summary_and_compare_md(pair):
     expected, ref_runs, cand_runs, md = pair
     pts = expected["rows"]
     ev = {"ref": stats.eval_matrix(ref_runs, pts), "ajax": stats.eval_matrix(cand_runs, pts)}
-    table = published.parse_curve_table(md)
+    table = published_tables.curve_table(*md)
     assert list(table.index) == pts
     for side in ("ref", "ajax"):
         for i, s in enumerate(SEEDS):
@@ -98,7 +98,7 @@ def test_cli_on_published_round1(published_dir, tmp_path, monkeypatch):
 
 
 def test_reference_source_param_selects_published(published_dir, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    params = validate({"reference": {"source": str(published_dir / "round2")}})
+    monkeypatch.chdir(published_dir.parents[1])             # the repository root
+    params = validate({"reference": {"source": "data/published/round2"}})
     res = compare.analyse(params, params["reference"]["source"], published_dir / "round1" / "ajax")
     assert res["s1"]["decision"]["lo"] == pytest.approx(265.1666666666667, abs=1e-9)

@@ -16,9 +16,9 @@ What it compares (the project's issue "learning check"):
   directories in the records schema, :mod:`dreamer_parity.records`).
 * **Pair E's reference** (the gate): the study's round-2 reference with the exact two-hot
   expectation, the same expectation as the candidate (``<published>/round2/ref_s<S>``;
-  entropy range from ``<published>/round2/pairE/compare.md``).
+  entropy range from its ``compare.md``, kept as ``<published>/tables.csv``).
 * **The stock reference of round 1** (reported, not gated): ``<published>/round1/ref_s<S>``
-  and ``<published>/round1/compare.md``.
+  and its ``compare.md`` (in ``<published>/tables.csv``).
 
 Statistics (as :mod:`dreamer_parity.analysis.compare` computes them, same functions):
 
@@ -31,7 +31,7 @@ Statistics (as :mod:`dreamer_parity.analysis.compare` computes them, same functi
   4000, i.e. the mean over the updates in the window (2000, 4000] (records.py ``train``,
   the windows :func:`stats.windows_table` compares), per seed; its seed range [min, max]
   against the reference's range printed in the published ``compare.md``
-  (:func:`published.parse_window_range`); the ranges overlap when
+  (:func:`published_tables.window_range`); the ranges overlap when
   ``max(lo) <= min(hi)``, as in :func:`stats.windows_table`.
 * The gate (pair E only): ``A >= 156`` (:data:`MEAN_S1_BAR`) and Welch ``p >= 0.05``
   (:data:`WELCH_P_MIN`) and the entropy ranges overlap.
@@ -82,7 +82,7 @@ import pandas as pd
 
 from dreamer_parity import params as params_mod
 from dreamer_parity import records
-from dreamer_parity.analysis import published, stats
+from dreamer_parity.analysis import published_tables, stats
 from dreamer_parity.analysis.load import (AnalysisError, Run, check_eval_rows, display_path,
                                           load_side)
 from dreamer_parity.analysis.metrics_out import _num, atomic_text, missing_reasons
@@ -160,16 +160,17 @@ def reference_side(published_dir, name: str, rule: str = "zero") -> dict:
 
     Raises:
       AnalysisError: a run's ``evals.jsonl`` is missing or malformed, its evaluation
-      rows are not 2000, 4000, ..., 20000, or the compare.md section or row is missing
-      (the message names the file and line).
+      rows are not 2000, 4000, ..., 20000, or the compare.md cell is missing from
+      ``tables.csv`` (:mod:`.published_tables`; the message names the file and line).
     """
     rnd, md = REFERENCES[name]
     root = Path(published_dir)
     runs = load_side(root / rnd, "reference", list(SEEDS), "published")
     check_eval_rows(runs, params_mod.eval_points(ROUND))
-    ent = published.parse_window_range(root / md, ENTROPY_ROW, stats.ENTROPY)
+    table = root / published_tables.TABLE_FILE
+    ent = published_tables.window_range(table, md, ENTROPY_ROW, stats.ENTROPY)
     return {"name": name, "runs": runs, "s1": stats.s1_values(runs, list(S1_ROWS), rule),
-            "entropy": ent, "compare_md": display_path(root / md)}
+            "entropy": ent, "compare_md": f"{display_path(table)} ({md})"}
 
 
 def candidate_entropy(runs: list[Run], row: int = ENTROPY_ROW) -> np.ndarray:

@@ -1,0 +1,213 @@
+"""The numbers of the published study's Markdown reports, as one CSV table.
+
+The study published its per-round reports as Markdown (``compare.md``).  The analysis
+needs two kinds of numbers that exist only there: the evaluation-curve table (the tests
+that reproduce the study check against it) and the training-metric window tables (the
+reference's seed range of a metric, e.g. the actor entropy of the window ending at 4000
+rows).  This module extracts those tables, cell by cell, into
+``data/published/tables.csv``, and reads them back.
+
+Extraction (needs the study's report files; run once, the CSV is committed)::
+
+    python -m dreamer_parity.analysis.published_tables --source <published study dir> \\
+        --out data/published/tables.csv
+
+Columns of the CSV, one row per table cell:
+
+``source``   the report the cell came from, relative to the published directory
+             (``round1/compare.md``, ``round2/pairE/compare.md``, ``round2/pairR/compare.md``)
+``line``     1-based line of the cell's table row in that report
+``section``  the heading above the table (``## Evaluation curve ...`` or
+             ``### window ending at <rows> rows``)
+``row``      the first cell of the table row (rows, or the metric name)
+``column``   the column header
+``value``    the cell as printed (one decimal for returns; ``mean [min, max]`` with four
+             decimals for window means)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dreamer_parity.analysis.load import AnalysisError, display_path
+
+__all__ = ["REPORTS", "TABLE_FILE", "extract", "write_table", "read_table", "curve_table",
+           "window_range"]
+
+#: The study's reports that hold numbers the analysis reads (relative to its published dir).
+REPORTS = ("round1/compare.md", "round2/pairE/compare.md", "round2/pairR/compare.md")
+#: The committed table, relative to the published directory.
+TABLE_FILE = "tables.csv"
+COLUMNS = ["source", "line", "section", "row", "column", "value"]
+CURVE_SECTION = "## Evaluation curve"
+WINDOW_SECTION = "### window ending at {rows} rows"
+
+
+def _wanted(heading: str) -> bool:
+    return heading.startswith(CURVE_SECTION) or heading.startswith("### window ending at ")
+
+
+def extract(report: Path, source: str) -> list[dict]:
+    """Every cell of the wanted tables of one report, as CSV rows (see the module doc).
+
+    Raises:
+      AnalysisError: a table row has more cells than its header (names file and line).
+    """
+    lines = Path(report).read_text().splitlines()
+    out, section, header = [], None, None
+    for i, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if line.startswith("#"):
+            section = line if _wanted(line) else None
+            header = None
+            continue
+        if section is None or not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if header is None:
+            header = cells
+            continue
+        if all(set(c) <= set("-: ") for c in cells):
+            continue                                             # the |---| rule
+        if len(cells) > len(header):
+            raise AnalysisError(f"{display_path(report)}:{i}: {len(cells)} cells under a "
+                                f"header of {len(header)}")
+        for col, val in zip(header[1:], cells[1:]):
+            out.append({"source": source, "line": i, "section": section, "row": cells[0],
+                        "column": col, "value": val})
+    return out
+
+
+def write_table(source_dir, out) -> int:
+    """Extract :data:`REPORTS` under ``source_dir`` into the CSV ``out`` (atomically).
+
+    Returns the number of cells written.  Raises AnalysisError for a missing report.
+    """
+    rows = []
+    for rel in REPORTS:
+        path = Path(source_dir) / rel
+        if not path.is_file():
+            raise AnalysisError(f"{display_path(path)}: missing")
+        rows += extract(path, rel)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    out = Path(out)
+    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+    tmp.write_text(buf.getvalue())
+    os.replace(tmp, out)
+    return len(rows)
+
+
+def read_table(path) -> pd.DataFrame:
+    """The CSV as a DataFrame of strings, with ``csv_line`` (1-based line in the CSV).
+
+    Raises:
+      AnalysisError: missing file or other columns than :data:`COLUMNS`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AnalysisError(f"{display_path(path)}: missing")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(df.columns) != COLUMNS:
+        raise AnalysisError(f"{display_path(path)}:1: columns {list(df.columns)}, "
+                            f"expected {COLUMNS}")
+    df["csv_line"] = np.arange(2, len(df) + 2)
+    return df
+
+
+def curve_table(table_csv, source: str) -> pd.DataFrame:
+    """The evaluation-curve table of report ``source``, indexed by rows (int).
+
+    Columns are the report's headers (``ref s0`` ... ``ajax mean``), values float64 as
+    printed (one decimal).  Raises AnalysisError when the report has no such table or a
+    cell is not a number (naming the CSV line).
+    """
+    df = read_table(table_csv)
+    sel = df[(df["source"] == source) & df["section"].str.startswith(CURVE_SECTION)]
+    if sel.empty:
+        raise AnalysisError(f"{display_path(table_csv)}: no evaluation curve of {source}")
+    try:
+        vals = sel.assign(v=sel["value"].astype(float), r=sel["row"].astype(int))
+    except ValueError:
+        bad = sel[~sel["value"].str.fullmatch(r"-?[0-9.]+") | ~sel["row"].str.isdigit()]
+        raise AnalysisError(f"{display_path(table_csv)}:{bad['csv_line'].iloc[0]}: "
+                            f"not a number in the evaluation curve of {source}") from None
+    wide = vals.pivot(index="r", columns="column", values="v")
+    wide = wide[list(dict.fromkeys(sel["column"]))]
+    wide.index.name, wide.columns.name = "rows", None
+    return wide
+
+
+_RANGE_CELL = re.compile(r"^(?P<mean>\S+)\s*\[\s*(?P<lo>[^,\s]+)\s*,\s*(?P<hi>[^\]\s]+)\s*\]$")
+
+
+def window_range(table_csv, source: str, rows: int, metric: str,
+                 column: str = "ref mean [min, max]") -> dict:
+    """One ``mean [min, max]`` cell of a training-metric window table of report ``source``.
+
+    Args:
+      table_csv: the committed CSV (``data/published/tables.csv``).
+      source: the report, e.g. ``round2/pairE/compare.md``.
+      rows: the row count the window ends at (rows over all 16 envs).
+      metric: the study's metric name (first column), e.g. ``ent/action/mean``.
+      column: the column header (default: the reference side).
+
+    Returns:
+      ``{"mean", "lo", "hi"}`` (float, as printed; [min, max] over the study's seeds),
+      ``"line"`` (int, the line of the cell in the report) and ``"csv_line"`` (int).
+
+    Raises:
+      AnalysisError: the section, column or row is absent, or the cell is not
+      ``mean [min, max]`` with finite numbers and min <= max; names the CSV and its line.
+    """
+    name = display_path(table_csv)
+    df = read_table(table_csv)
+    heading = WINDOW_SECTION.format(rows=int(rows))
+    sec = df[(df["source"] == source) & (df["section"] == heading)]
+    if sec.empty:
+        raise AnalysisError(f"{name}: {source} has no section {heading!r}")
+    if column not in set(sec["column"]):
+        raise AnalysisError(f"{name}: {source} section {heading!r} has no column {column!r}")
+    cell = sec[(sec["row"] == metric) & (sec["column"] == column)]
+    if cell.empty:
+        raise AnalysisError(f"{name}: {source} section {heading!r} has no row {metric!r}")
+    text, csv_line = cell["value"].iloc[0], int(cell["csv_line"].iloc[0])
+    m = _RANGE_CELL.match(text)
+    try:
+        vals = {k: float(m.group(k)) for k in ("mean", "lo", "hi")} if m else None
+    except ValueError:
+        vals = None
+    if vals is None or not all(np.isfinite(v) for v in vals.values()) or vals["lo"] > vals["hi"]:
+        raise AnalysisError(f"{name}:{csv_line}: {metric} {column!r}: expected "
+                            f"'mean [min, max]' with finite numbers, got {text!r}")
+    return {**vals, "line": int(cell["line"].iloc[0]), "csv_line": csv_line}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.analysis.published_tables",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", required=True, help="the published study's directory")
+    ap.add_argument("--out", default=f"data/published/{TABLE_FILE}", help="the CSV to write")
+    a = ap.parse_args(argv)
+    try:
+        n = write_table(a.source, a.out)
+    except AnalysisError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{a.out}: {n} cells from {', '.join(REPORTS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

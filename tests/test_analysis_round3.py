@@ -1,0 +1,66 @@
+"""The analysis reproduces the study's own round-3 result (``analysis3.json``) to 1e-9.
+
+Reference side: the study's ``ref_s<S>`` runs (exact expectation, per-run sampler);
+candidate side: the study's own candidate (``ajax``), on round 3's statistics.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from dreamer_parity.analysis import compare
+from dreamer_parity.params import validate
+
+ROUND3 = {"round": "round3-candidate", "decode": "exact", "seeds": [0, 1, 2, 3, 4],
+          "rows": 24000, "eval_every": 400,
+          "reference": {"decode": "exact", "sampler": "per_run",
+                        "source": "data/published/round3"},
+          "stats": {"late_rows": [12000, 24000], "concordance_rows": [20000, 24000],
+                    "concordance_range": [16000, 24000]}}
+
+
+@pytest.fixture(scope="module")
+def round3(published_dir):
+    d = published_dir / "round3"
+    expected = json.loads((d / "analysis3.json").read_text())
+    return expected, compare.analyse(validate(ROUND3), d, d / "ajax")
+
+
+def test_late_and_welch_p(round3):
+    expected, res = round3
+    assert len(res["late"]["points"]) == 31
+    np.testing.assert_allclose(res["late"]["values"]["reference"], expected["late_ref"],
+                               rtol=0, atol=1e-9)
+    np.testing.assert_allclose(res["late"]["values"]["candidate"], expected["late_ajax"],
+                               rtol=0, atol=1e-9)
+    assert res["late"]["decision"]["welch"]["p"] == pytest.approx(expected["p_late"], abs=1e-9)
+    assert res["late"]["decision"]["lo"] == pytest.approx(270.27741935483874, abs=1e-9)
+    assert res["late"]["decision"]["LEARNS"] is False          # 265.43 < 270.28
+
+
+def test_s1(round3):
+    expected, res = round3
+    np.testing.assert_allclose(res["s1"]["values"]["reference"], expected["s1_ref"], rtol=0,
+                               atol=1e-9)
+    np.testing.assert_allclose(res["s1"]["values"]["candidate"], expected["s1_ajax"], rtol=0,
+                               atol=1e-9)
+
+
+def test_concordance_counts_and_rates(round3):
+    expected, res = round3
+    c, e = res["concordance"], expected["concordance"]
+    at = {int(k): v for k, v in c["at"].items()}
+    for rows in (20000, 24000):
+        assert at[rows] == {"reference": e[f"ref_{rows}"],
+                                      "candidate": e[f"ajax_{rows}"]}
+    assert c["rate"]["reference"] == pytest.approx(e["ref_rate_16_24k"], abs=1e-9)
+    assert c["rate"]["candidate"] == pytest.approx(e["ajax_rate_16_24k"], abs=1e-9)
+    assert c["rate_points"] == 21
+
+
+def test_reading(round3):
+    expected, res = round3
+    assert res["reading"]["reading"] == "H2 or noise"
+    assert expected["reading"].startswith(res["reading"]["reading"] + " ")
+    assert res["reading"]["H1"] is False and res["reading"]["H3"] is False
