@@ -1,9 +1,7 @@
 """Helpers of the pipeline tests: temporary clones of this repository and DVC calls.
 
 A clone is ``<tmp>/main`` holding the working tree's tracked and untracked (not ignored)
-files, committed once, next to ``<tmp>/shared`` (a link to ../shared), so that the
-published import's local source ``../../shared/published`` (relative to data/) resolves
-as it does here.  DVC runs with this repository's .venv first on PATH (stage commands
+files, committed once (data/published is among them: it is git-tracked).  DVC runs with this repository's .venv first on PATH (stage commands
 call ``python``), as ``make run`` does.
 """
 
@@ -18,7 +16,6 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 VENV_BIN = REPO / ".venv" / "bin"
 
 
@@ -60,17 +57,16 @@ def ran_stages(output: str) -> list[str]:
 
 
 def make_clone(tmp: Path, overlay: dict[str, str] | None = None) -> Path:
-    """Copy the working tree into ``tmp/main`` (next to a ``tmp/shared`` link), commit it.
+    """Copy the working tree into ``tmp/main``, commit it (no ``../shared`` beside it).
 
     Args:
       overlay: ``{relative path: text}`` written over the copy before the commit.
 
     Returns:
-      The clone's root.  data/published is imported again from the local source.
+      The clone's root (data/published comes with the working tree: it is git-tracked).
     """
     tmp = Path(tmp)
     dest = tmp / "main"
-    (tmp / "shared").symlink_to(SHARED, target_is_directory=True)
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
                            stdout=subprocess.PIPE, check=True).stdout.decode().split("\0")
     for f in files:
@@ -84,7 +80,6 @@ def make_clone(tmp: Path, overlay: dict[str, str] | None = None) -> Path:
     git(dest, "init", "-q")
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "clone of the working tree")
-    dvc(dest, "update", "-q", "data/published.dvc")
     return dest
 
 

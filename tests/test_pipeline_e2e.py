@@ -10,7 +10,7 @@ In one temporary clone of the working tree (module-scoped, shared by the tests):
 3. ``dvc push`` to a temporary local remote and ``dvc pull`` into a fresh clone restore
    the run outputs bit-identically.
 
-Needs the reference set-up (``make reference-setup``) and ../shared/published; skips
+Needs the reference set-up (``make reference-setup``); skips
 naming them otherwise.  About 4-6 minutes on 2 cores with a warm compilation cache.
 """
 
@@ -26,7 +26,7 @@ import yaml
 from dreamer_parity import params as P
 from dreamer_parity import pipeline
 
-from pipeline_helpers import (SHARED, dvc, git, lock_stage, make_clone, ran_stages,
+from pipeline_helpers import (dvc, git, lock_stage, make_clone, ran_stages,
                               set_params, tree_digest)
 
 pytestmark = [pytest.mark.slow, pytest.mark.reference]
@@ -46,8 +46,6 @@ def _reference_ready() -> str | None:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    if not (SHARED / "published").is_dir():
-        pytest.skip("../shared/published missing (the source of data/published.dvc)")
     why = _reference_ready()
     if why:
         pytest.skip(why)
