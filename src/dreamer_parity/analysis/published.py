@@ -1,6 +1,6 @@
 """The published study's result files, mapped onto the analysis' run tables.
 
-Layout of a published round directory (``shared/published/round1`` for example)::
+Layout of a published round directory (``data/published/round1`` for example)::
 
     ref_s<S>/evals.jsonl      reference: {"seed", "rows", "updates", "returns": [..],
                               "lengths": [..], "mean", "len_mean", "wall_s"} per line
@@ -15,11 +15,8 @@ Published runs carry evaluations but no training episodes and no training-metric
 windows: :class:`~dreamer_parity.analysis.load.Run` fields ``episodes`` and ``train``
 are None and ``unavailable`` says why.
 
-:func:`parse_curve_table` reads the "Evaluation curve" table of a published
-``compare.md`` (used by the tests that reproduce the study's numbers).
-:func:`parse_window_range` reads one cell ``mean [min, max]`` of its training-metric
-window tables: the reference's seed range of a metric is published only there (the
-learning check reads the actor entropy of the window ending at 4000 rows).
+The numbers that the study published only in its Markdown reports (evaluation-curve and
+training-metric window tables) are in ``tables.csv``: :mod:`.published_tables`.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ import pandas as pd
 
 from dreamer_parity.analysis.load import AnalysisError, Run, display_path
 
-__all__ = ["load_run", "read_evals", "read_launch_info", "parse_curve_table",
-           "parse_window_range", "EMPTY_SHA1"]
+__all__ = ["load_run", "read_evals", "read_launch_info", "EMPTY_SHA1"]
 
 #: sha1 of the empty string: "uncommitted diff vs HEAD" of a clean tree.
 EMPTY_SHA1 = "da39a3ee5e6b4b0d3255bfef95601890afd80709"
@@ -211,94 +207,3 @@ def load_run(directory, side: str, seed: int) -> Run:
                eval_returns=[o.get("returns") for o in rows], train=None, episodes=None,
                run_info=run_info, timing=timing,
                unavailable={"train": _NO_TRAIN, "episodes": _NO_EPISODES})
-
-
-def parse_curve_table(compare_md, heading: str = "## Evaluation curve") -> pd.DataFrame:
-    """Parse a published ``compare.md`` curve table into a DataFrame indexed by rows.
-
-    Columns are the table's headers (``ref s0``, ..., ``ref mean``, ``ajax s0``, ...),
-    values float64 as printed (one decimal).  Raises AnalysisError when absent.
-    """
-    lines = Path(compare_md).read_text().splitlines()
-    try:
-        start = next(i for i, line in enumerate(lines) if line.startswith(heading))
-    except StopIteration:
-        raise AnalysisError(f"{display_path(compare_md)}: no section {heading!r}") from None
-    table = []
-    for line in lines[start + 1:]:
-        if line.startswith("#"):
-            break
-        if line.startswith("|"):
-            table.append([c.strip() for c in line.strip().strip("|").split("|")])
-    header, body = table[0], [r for r in table[2:]]
-    df = pd.DataFrame([[float(c) for c in r[1:]] for r in body], columns=header[1:],
-                      index=pd.Index([int(r[0]) for r in body], name=header[0]))
-    return df
-
-
-_RANGE_CELL = re.compile(r"^(?P<mean>\S+)\s*\[\s*(?P<lo>[^,\s]+)\s*,\s*(?P<hi>[^\]\s]+)\s*\]$")
-
-
-def parse_window_range(compare_md, rows: int, metric: str,
-                       column: str = "ref mean [min, max]") -> dict:
-    """One cell ``mean [min, max]`` of a published ``compare.md`` window table.
-
-    The table is the one under the heading ``### window ending at <rows> rows`` (section
-    "Training metrics, window means"), the row is the one whose first cell is ``metric``
-    (the study's metric name, e.g. ``ent/action/mean``), the column the one headed
-    ``column``; for example ``| ent/action/mean | 0.4591 [0.4481, 0.4765] | ...``.
-
-    Args:
-      compare_md: path of the published ``compare.md``.
-      rows: the row count the window ends at (int, rows over all 16 envs).
-      metric: the metric's name in the table's first column.
-      column: the header of the column to read (default: the reference side).
-
-    Returns:
-      ``{"mean", "lo", "hi"}`` (float, as printed: 4 decimals; the range is [min, max]
-      over the study's seeds) and ``"line"`` (int, 1-based line of the cell).
-
-    Raises:
-      AnalysisError: the file, the section, the column or the row is missing, or the
-      cell is not ``mean [min, max]`` with finite numbers and min <= max; the message
-      names the file and, where there is one, the line.
-    """
-    path = Path(compare_md)
-    name = display_path(path)
-    if not path.exists():
-        raise AnalysisError(f"{name}: missing")
-    lines = path.read_text().splitlines()
-    heading = f"### window ending at {int(rows)} rows"
-    start = next((i for i, line in enumerate(lines) if line.strip() == heading), None)
-    if start is None:
-        raise AnalysisError(f"{name}: no section {heading!r}")
-    header = None
-    for i in range(start + 1, len(lines)):
-        line = lines[i].strip()
-        if line.startswith("#"):
-            break
-        if not line.startswith("|"):
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if header is None:
-            header = cells
-            if column not in header:
-                raise AnalysisError(f"{name}:{i + 1}: section {heading!r} has no column {column!r}")
-            continue
-        if cells[0] != metric:
-            continue
-        j = header.index(column)
-        cell = cells[j] if j < len(cells) else ""
-        m = _RANGE_CELL.match(cell)
-        try:
-            vals = {k: float(m.group(k)) for k in ("mean", "lo", "hi")} if m else None
-        except ValueError:
-            vals = None
-        if vals is None or not all(np.isfinite(v) for v in vals.values()) or vals["lo"] > vals["hi"]:
-            raise AnalysisError(f"{name}:{i + 1}: {metric} {column!r}: expected 'mean [min, max]' "
-                                f"with finite numbers, got {cell!r}")
-        return {**vals, "line": i + 1}
-    where = f"{name}:{start + 1}"
-    if header is None:
-        raise AnalysisError(f"{where}: section {heading!r} holds no table")
-    raise AnalysisError(f"{where}: section {heading!r} has no row {metric!r}")
