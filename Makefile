@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures
+.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check
 
 venv: $(STAMP)
 
@@ -22,6 +22,10 @@ $(STAMP): requirements.lock pyproject.toml
 reference-setup: $(STAMP)
 	$(PY) -m dreamer_parity.reference.setup
 
+# params.yaml validated first, with the one line every entry point prints (exit 2).
+params-check:
+	@$(PY) -m dreamer_parity.params check --file params.yaml >/dev/null
+
 # The reference set-up is needed only when params.yaml runs the reference
 # (reference.source: run); a published reference side comes with the repository.
 setup: venv
@@ -31,13 +35,13 @@ setup: venv
 # Stage commands call `python` from PATH (dvc.yaml, README.md): .venv/bin goes first.
 DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
 
-run: setup
+run: venv params-check setup
 	$(DVC) repro
 
 # The smoke round (both sides run at tiny widths: needs the reference set-up) as an
 # experiment in the workspace; -f replaces an earlier `smoke` experiment.  Afterwards the
 # workspace holds the smoke round: `git checkout params.yaml && dvc checkout` returns to HEAD.
-smoke: venv reference-setup
+smoke: venv params-check reference-setup
 	$(DVC) exp run -f -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
 	$(DVC) metrics diff HEAD smoke
 

@@ -147,3 +147,87 @@ def test_run_json_of_wrong_shape_is_refused_with_its_name(tmp_path):
     path.write_text(json.dumps(info))
     with pytest.raises(records.RecordError, match=r"run\.json: field 'provenance' must be an object"):
         load.load_side(tmp_path / "candidate", "candidate", PARAMS["seeds"])
+
+
+# ---------------------------------------------- 2. one rule per parameter, at every entry point
+
+_VALID = {"round": "smoke", "profile": "smoke", "seeds": [0, 1], "rows": 1200, "eval_every": 400,
+          "eval_episodes": 2, "stats": {"s1_rows": [400, 800, 1200], "late_rows": [],
+                                        "concordance_rows": [1200],
+                                        "concordance_range": [400, 1200]}}
+_BAD = {
+    "absolute_source": {**_VALID, "reference": {"source": "/srv/published/round3"}},
+    "negative_rows": {**_VALID, "rows": -5},
+}
+
+#: entry point -> argv after ``python -m`` (P: the params file, O: an output path)
+_ENTRY_POINTS = {
+    "params check": ["dreamer_parity.params", "check", "--file", "P"],
+    "pipeline preflight": ["dreamer_parity.pipeline", "--params", "P", "preflight", "--out", "O"],
+    "pipeline reference": ["dreamer_parity.pipeline", "--params", "P", "reference", "--seed", "0",
+                           "--out", "O"],
+    "pipeline compare": ["dreamer_parity.pipeline", "--params", "P", "compare"],
+    "port_check": ["dreamer_parity.port_check", "--params", "P", "--out", "O"],
+    "candidate run": ["dreamer_parity.candidate.run", "--params", "P", "--out", "O"],
+    "reference launch": ["dreamer_parity.reference.launch", "--params", "P", "--seed", "0",
+                         "--out", "O"],
+    "compare": ["dreamer_parity.analysis.compare", "--params", "P", "--candidate", "O"],
+    "learning_check": ["dreamer_parity.analysis.learning_check", "--params", "P", "--out", "O"],
+    "make run": None,
+}
+
+
+def _guarded_env(tmp_path):
+    """PYTHONPATH with a ``jax`` / ``jaxlib`` that stop the process when imported."""
+    guard = tmp_path / "guard"
+    for name in ("jax", "jaxlib"):
+        (guard / name).mkdir(parents=True)
+        (guard / name / "__init__.py").write_text(
+            f"raise SystemExit('{name} imported before the parameters were validated')\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(guard), str(REPO / "src")])
+    env.pop(provenance.ALLOW_VERSIONS_ENV, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def expected_lines(tmp_path_factory):
+    out = {}
+    for case, raw in _BAD.items():
+        try:
+            params_mod.validate(raw)
+        except params_mod.ParamsError as e:
+            out[case] = f"error: {e}"
+    assert out["absolute_source"].startswith("error: params: reference.source: '/srv/")
+    assert out["negative_rows"].startswith("error: params: rows: ")
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(_BAD))
+@pytest.mark.parametrize("entry", list(_ENTRY_POINTS))
+def test_bad_params_give_the_same_line_everywhere(tmp_path, expected_lines, entry, case):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "params.yaml").write_text(yaml.safe_dump(_BAD[case]))
+    env = _guarded_env(tmp_path)
+    if entry == "make run":
+        if shutil.which("make") is None:
+            pytest.skip("make not installed")
+        shutil.copy(REPO / "requirements.lock", work / "requirements.lock")
+        # params-check runs before setup; venv is marked up to date (-o): nothing installed
+        stamp = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-p", "-n", "-q",
+                                "clean-venv"], cwd=work, capture_output=True, text=True).stdout
+        stamp = next(line.split(":=", 1)[1].strip() for line in stamp.splitlines()
+                     if line.startswith("STAMP :="))
+        cmd = ["make", "-s", "-f", str(REPO / "Makefile"), "-o", stamp, "run",
+               f"PY={sys.executable}"]
+    else:
+        args = [str(work / "params.yaml") if x == "P" else str(work / "out") if x == "O" else x
+                for x in _ENTRY_POINTS[entry]]
+        cmd = [sys.executable, "-m", *args]
+    r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    first = (r.stderr.splitlines() or [""])[0]
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert first == expected_lines[case], r.stderr
+    assert "imported before the parameters were validated" not in r.stderr
+    assert not (work / "out").exists()

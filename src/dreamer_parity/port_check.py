@@ -379,6 +379,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.port_check",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="metrics/port_check.json")
+    ap.add_argument("--params", default="params.yaml",
+                    help="the round's params file, validated first as at every entry point")
     ap.add_argument("--states", type=int, default=400)
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--resets", type=int, default=4000)
@@ -387,6 +389,15 @@ def main(argv=None) -> int:
     for name in ("states", "steps", "resets"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be positive")
+    from dreamer_parity import params as params_mod
+    try:
+        params_mod.load(args.params)
+    except params_mod.ParamsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError:
+        print(f"error: --params {args.params}: no such file", file=sys.stderr)
+        return 2
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from dreamer_parity.records import write_json
 
