@@ -16,9 +16,102 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["git_state", "relative_to_roots", "collect", "cpu_model", "REPO_ROOT"]
+__all__ = ["git_state", "relative_to_roots", "collect", "cpu_model", "REPO_ROOT",
+           "PinError", "read_pins", "check_pins", "ALLOW_VERSIONS_ENV", "PINNED_PACKAGES"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Set to ``1`` to run with other versions than the lock pins (a deliberate experiment);
+#: the run records ``versions_checked: false, versions_override: true`` in its provenance.
+ALLOW_VERSIONS_ENV = "DREAMER_PARITY_ALLOW_VERSIONS"
+#: Set by a launcher whose pin check passed for the process it starts (reference runner).
+CHECKED_ENV = "DREAMER_PARITY_VERSIONS_CHECKED"
+#: Packages whose installed version must equal the lock before a run starts.
+PINNED_PACKAGES = ("jax", "jaxlib", "numpy")
+
+_pins_checked = False
+
+
+class PinError(RuntimeError):
+    """An installed package differs from its pin; one line naming package and versions."""
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def read_pins(lock_file) -> dict[str, str]:
+    """``{normalised name: version}`` of the ``name==version`` lines of a lock file."""
+    pins = {}
+    for line in Path(lock_file).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = line.split("==", 1)
+            name = name.split("[", 1)[0]
+            pins[_norm(name)] = version.split(";", 1)[0].strip()
+    return pins
+
+
+def _installed(packages, python=None) -> dict[str, str | None]:
+    if python is None:
+        from importlib import metadata
+
+        out = {}
+        for p in packages:
+            try:
+                out[p] = metadata.version(p)
+            except metadata.PackageNotFoundError:
+                out[p] = None
+        return out
+    code = ("import json, sys\nfrom importlib import metadata\nout = {}\n"
+            "for p in sys.argv[1:]:\n"
+            "    try: out[p] = metadata.version(p)\n"
+            "    except metadata.PackageNotFoundError: out[p] = None\n"
+            "print(json.dumps(out))")
+    try:
+        r = subprocess.run([str(python), "-c", code, *packages], capture_output=True,
+                           text=True, check=True, timeout=120)
+        import json
+
+        return json.loads(r.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        raise PinError(f"versions: cannot read the package versions of {Path(python).name} "
+                       f"({type(e).__name__})") from None
+
+
+def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=None) -> dict:
+    """Compare installed versions with the pins of ``lock_file``.
+
+    Args:
+      lock_file: ``requirements.lock`` (candidate) or ``requirements-reference.lock``.
+      packages: distribution names to compare.
+      python: an interpreter whose packages are meant (another venv); None for this one.
+
+    Returns:
+      ``{"checked": bool, "override": bool, "versions": {name: installed}}``: with
+      ``$DREAMER_PARITY_ALLOW_VERSIONS=1`` nothing is refused (``checked`` False,
+      ``override`` True) and the process's provenance records it (:func:`collect`).
+
+    Raises:
+      PinError: ``versions: <package> <installed> installed, <lock> pins <version>
+        (...)``, for the first package that differs or is not installed or not pinned.
+    """
+    global _pins_checked
+    lock_file = Path(lock_file)
+    installed = _installed(packages, python)
+    if os.environ.get(ALLOW_VERSIONS_ENV) == "1":
+        return {"checked": False, "override": True, "versions": installed}
+    pins = read_pins(lock_file)
+    for p in packages:
+        want, got = pins.get(_norm(p)), installed.get(p)
+        if want is None or got != want:
+            raise PinError(
+                f"versions: {p} {got or 'not'} installed, {lock_file.name} pins "
+                f"{want or 'nothing'} (reinstall from the lock, or set "
+                f"{ALLOW_VERSIONS_ENV}=1 for a deliberate experiment; the run records it)")
+    if python is None:
+        _pins_checked = True
+    return {"checked": True, "override": False, "versions": installed}
 
 
 def git_state(directory, paths: list[str] | None = None) -> dict:
@@ -80,7 +173,10 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
 
     Returns:
       ``{"repo": {commit, dirty}, "<name>": {commit, dirty}, "python", "versions",
-      "cpu", "cpu_count", "os", "xla_flags", "threads"}``.  No path, no host name.
+      "versions_checked", "versions_override", "cpu", "cpu_count", "os", "xla_flags",
+      "threads"}``.  No path, no host name.  ``versions_checked``: :func:`check_pins`
+      passed in this process (or its launcher's did, ``$DREAMER_PARITY_VERSIONS_CHECKED``);
+      ``versions_override``: ``$DREAMER_PARITY_ALLOW_VERSIONS=1``.
     """
     out = {"repo": git_state(REPO_ROOT)}
     for name, tree in (extra_trees or {}).items():
@@ -95,6 +191,8 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
     out.update({
         "python": platform.python_version(),
         "versions": versions,
+        "versions_checked": _pins_checked or os.environ.get(CHECKED_ENV) == "1",
+        "versions_override": os.environ.get(ALLOW_VERSIONS_ENV) == "1",
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "os": f"{platform.system()} {platform.machine()}",

@@ -121,7 +121,7 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
         flat = {k: np.asarray(v)[i] for k, v in _flatten_params(final_params).items()}
         tmp = d / f"params.npz.tmp-{os.getpid()}"
         with open(tmp, "wb") as f:
-            np.savez(f, **flat)
+            np.savez_compressed(f, **flat)
         os.replace(tmp, d / "params.npz")
         reason = host["failed"].get(key)
         records.write_done(d, "failed" if reason else "ok", reason)
@@ -310,11 +310,15 @@ def main(argv=None) -> int:
                     help="checkpoint root (default: $DREAMER_PARITY_WORK_DIR, else "
                          "${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs)")
     args = ap.parse_args(argv)
-    if args.work_dir is None:
-        from .checkpoint import default_root
-        args.work_dir = str(default_root())
+    from ..provenance import REPO_ROOT, PinError, check_pins
     try:
         params = paramslib.load(args.params)
+        # what this process imports must be what requirements.lock pins (before any compile;
+        # $DREAMER_PARITY_ALLOW_VERSIONS=1 runs anyway and run.json records the override)
+        check_pins(REPO_ROOT / "requirements.lock")
+        if args.work_dir is None:
+            from .checkpoint import default_root
+            args.work_dir = str(default_root())
         out, work = Path(args.out).resolve(), Path(args.work_dir).resolve()
         if out == work or out in work.parents:
             raise RunParamsError(f"--work-dir {args.work_dir} must not lie inside --out "
@@ -322,13 +326,13 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"error: params file not found: {e.filename}", file=sys.stderr)
         return 2
-    except (paramslib.ParamsError, RunParamsError) as e:
+    except (paramslib.ParamsError, RunParamsError, PinError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     # one host device per seed (candidate/seedmesh.py), before jax starts its CPU backend
     from . import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))
-    from ..provenance import REPO_ROOT, relative_to_roots
+    from ..provenance import relative_to_roots
     from .checkpoint import user_cache_root
     roots = {"repo": REPO_ROOT, "cwd": Path.cwd(), "user-cache": user_cache_root()}
     run(params, args.out, args.work_dir,

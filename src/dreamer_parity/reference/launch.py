@@ -11,6 +11,9 @@ Steps, each failing with one line (exit status 2) before any compute:
    non-negative integer); ``reference.source`` must be ``run``;
 2. check the set-up (:func:`dreamer_parity.reference.setup.check_setup`): the checkout
    at 29eb964, clean, and the venv matching the lock; else name ``make reference-setup``;
+   jax, jaxlib and numpy of the venv first, one line naming the package, installed and
+   pinned version (:func:`dreamer_parity.provenance.check_pins`; with
+   ``DREAMER_PARITY_ALLOW_VERSIONS=1`` the launch goes on and the run records the override);
 3. the output directory: refuse one that holds a completed run (``DONE.json``), never
    resuming or overwriting it; remove an incomplete one (a killed run) and say so, because
    a reference run cannot be resumed faithfully (deviation D6: no checkpoint of the
@@ -36,7 +39,7 @@ import sys
 from pathlib import Path
 
 from dreamer_parity import params as params_mod
-from dreamer_parity import records
+from dreamer_parity import provenance, records
 from dreamer_parity.reference import setup as ref_setup
 
 __all__ = ["LaunchError", "parse_seed", "prepare_out_dir", "runner_command", "main",
@@ -48,6 +51,10 @@ RUN_FILES = {"logdir", "run.json", "records.jsonl", "episodes.jsonl", "timing.js
 
 D6_MESSAGE = ("a reference run cannot be resumed (deviation D6: no checkpoint of the ratio "
               "state, online queue or sampler RNG); starting this seed from scratch")
+
+
+#: The reference venv's lock (its jax, jaxlib and numpy are checked before a launch).
+REFERENCE_LOCK = provenance.REPO_ROOT / "requirements-reference.lock"
 
 
 class LaunchError(RuntimeError):
@@ -141,13 +148,16 @@ def main(argv=None) -> int:
                                                  "`python -m dreamer_parity.reference.setup`)")
     a = ap.parse_args(argv)
     try:
+        p = params_mod.load(a.params)
+    except params_mod.ParamsError as e:
+        print(f"error: {e}", file=sys.stderr)   # the same line at every entry point
+        return 2
+    except FileNotFoundError:
+        p = None
+    try:
         seed = parse_seed(a.seed)
-        try:
-            p = params_mod.load(a.params)
-        except FileNotFoundError:
-            raise LaunchError(f"--params {a.params}: no such file") from None
-        except params_mod.ParamsError as e:
-            raise LaunchError(str(e)) from None
+        if p is None:
+            raise LaunchError(f"--params {a.params}: no such file")
         if p["reference"]["source"] != "run":
             raise LaunchError(
                 "params: reference.source: is a directory of published runs, not 'run'; this "
@@ -155,17 +165,29 @@ def main(argv=None) -> int:
         out = Path(a.out).resolve()
         if (out / records.DONE).exists():
             prepare_out_dir(out)  # refuses a completed run, whatever the set-up
+        override = os.environ.get(provenance.ALLOW_VERSIONS_ENV) == "1"
         try:
-            info = ref_setup.check_setup(a.root)
+            info = ref_setup.check_setup(a.root, check_packages=False)
+            # jax, jaxlib, numpy of the reference venv against requirements-reference.lock
+            # (one line naming the package), then every other package (unless overridden)
+            pins = provenance.check_pins(REFERENCE_LOCK, python=info["python"])
+            if not override:
+                ref_setup.check_setup(a.root)
         except ref_setup.SetupError as e:
             raise LaunchError(str(e)) from None
         prepare_out_dir(out)
+    except provenance.PinError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except LaunchError as e:
         print(f"reference launch: error: {e}", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
     info["jaxcache"].mkdir(parents=True, exist_ok=True)
     cmd, env = runner_command(info, seed, out, p)
+    env.pop(provenance.CHECKED_ENV, None)
+    if pins["checked"]:
+        env[provenance.CHECKED_ENV] = "1"   # the runner's run.json records versions_checked
     print(f"reference launch: seed {seed}, profile {p['profile']}, rows {p['rows']}, "
           f"decode {p['reference']['decode']}, sampler {p['reference']['sampler']}",
           file=sys.stderr, flush=True)
