@@ -50,6 +50,8 @@ def test_repository_params_file_is_the_round3_candidate_round():
                           "concordance_range": [16000, 24000], "equivalence_margin": 0.1,
                           "failed_rule": "zero"}
     assert len([r for r in eval_points(p) if 12000 <= r <= 24000]) == 31
+    assert p["gate"] == {"statistic": "late", "learns": True, "mean_min": None,
+                         "welch_p_min": 0.05, "entropy_overlap_rows": None}
 
 
 def test_missing_keys_take_the_round1_values():
@@ -322,3 +324,32 @@ def test_lists_written_as_text_are_read_as_lists():
     assert p["seeds"] == [3, 4] and p["stats"]["late_rows"] == [16000, 20000]
     assert _error(_set(_defaults_raw(), "seeds", "0,1")) == \
         "params: seeds: expected a list of integers, got '0,1'"
+
+
+# --- the gate --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gate, expected", [
+    ({"statistic": "none", "learns": True},
+     "params: gate.learns: is a gate part, but gate.statistic is none"),
+    ({"statistic": "s1"},
+     "params: gate.statistic: s1 names no gate part (gate.learns, gate.mean_min, "
+     "gate.welch_p_min, gate.entropy_overlap_rows)"),
+    ({"statistic": "late", "learns": True},
+     "params: gate.statistic: late needs stats.late_rows"),
+    ({"statistic": "s1", "welch_p_min": 1.5}, "params: gate.welch_p_min: must lie in (0, 1), got 1.5"),
+    ({"statistic": "s1", "entropy_overlap_rows": 3000},
+     "params: gate.entropy_overlap_rows: 3000 is not an evaluation point"),
+    ({"statistic": "s1", "learns": "yes"}, "params: gate.learns: expected true or false, got 'yes'"),
+])
+def test_gate_parts_must_agree(gate, expected):
+    with pytest.raises(ParamsError) as e:
+        validate({"gate": gate})
+    assert str(e.value) == expected
+
+
+def test_gate_of_the_round1_learning_check_validates():
+    p = validate({"reference": {"source": "data/published/round2"},
+                  "gate": {"statistic": "s1", "mean_min": 156, "welch_p_min": "0.05",
+                           "entropy_overlap_rows": 4000}})
+    assert p["gate"] == {"statistic": "s1", "learns": False, "mean_min": 156.0,
+                         "welch_p_min": 0.05, "entropy_overlap_rows": 4000}

@@ -88,6 +88,18 @@ SCHEMA: dict[str, Field] = {
         "float", 0.10,
         doc="equivalence (TOST) margin on the primary statistic, as a fraction of the "
             "reference side's mean of it (a labelled addition, never the round's gate)"),
+    "gate.statistic": Field("str", "none", ("none", "s1", "late"),
+                            "the statistic the round's gate reads (none: the round has no gate)"),
+    "gate.learns": Field("bool", False,
+                         doc="gate part: candidate mean >= the lowest reference seed (LEARNS)"),
+    "gate.mean_min": Field("float_or_null", None,
+                           doc="gate part: candidate mean >= this bar (return units); null: none"),
+    "gate.welch_p_min": Field("float_or_null", None,
+                              doc="gate part: Welch's two-sided p >= this; null: none"),
+    "gate.entropy_overlap_rows": Field(
+        "int_or_null", None,
+        doc="gate part: the sides' actor-entropy seed ranges overlap in the training window "
+            "ending at these rows; null: none"),
     "stats.failed_rule": Field("str", "zero", ("zero",),
                                "missing evaluation points of a failed seed count as return 0"),
 }
@@ -110,6 +122,11 @@ SMOKE = {
     "stats.late_rows": [],
     "stats.concordance_rows": [1200],
     "stats.concordance_range": [400, 1200],
+    "gate.statistic": "none",
+    "gate.learns": False,
+    "gate.mean_min": None,
+    "gate.welch_p_min": None,
+    "gate.entropy_overlap_rows": None,
 }
 
 
@@ -191,6 +208,16 @@ def _coerce(key: str, field: Field, v):
         if t == "int_pair_or_empty" and out and out[0] > out[1]:
             raise ParamsError(key, f"first row {out[0]} is after last row {out[1]}")
         return out
+    if t in ("float_or_null", "int_or_null"):
+        if v is None or (isinstance(v, str) and v.strip().lower() in ("null", "none", "")):
+            return None
+        return _coerce_float(key, v) if t == "float_or_null" else _coerce_int(key, v)
+    if t == "bool":
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        raise ParamsError(key, f"expected true or false, got {v!r}")
     raise AssertionError(t)
 
 
@@ -226,13 +253,14 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
         wrong type, a negative or non-integer row count, an evaluation interval that is
         not a positive multiple of 16 or does not divide ``rows``, duplicate or negative
         seeds, S1 / concordance rows that are not evaluation points or repeat, a LATE
-        or concordance range holding no evaluation point, or a non-finite good_return.
+        or concordance range holding no evaluation point, a non-finite good_return or
+        equivalence margin outside (0, 1), or a gate whose statistic and parts disagree.
     """
     if not isinstance(raw, dict):
         raise ParamsError("<root>", f"{where} must hold a mapping, got {type(raw).__name__}")
     # A declared dict key given as a scalar (e.g. "reference: 3") is caught first.
     for key in raw:
-        if key in ("reference", "stats") and not isinstance(raw[key], dict):
+        if key in ("reference", "stats", "gate") and not isinstance(raw[key], dict):
             raise ParamsError(key, f"expected a mapping, got {raw[key]!r}")
     flat = _flatten(raw)
     for key in flat:
@@ -257,6 +285,20 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
     if not (math.isfinite(m) and 0 < m < 1):
         raise ParamsError("stats.equivalence_margin",
                           f"must be a fraction in (0, 1) of the reference mean, got {m}")
+    gate_parts = ("gate.learns", "gate.mean_min", "gate.welch_p_min", "gate.entropy_overlap_rows")
+    on = [k for k in gate_parts if typed[k] not in (None, False)]
+    if typed["gate.statistic"] == "none" and on:
+        raise ParamsError(on[0], "is a gate part, but gate.statistic is none")
+    if typed["gate.statistic"] != "none" and not on:
+        raise ParamsError("gate.statistic", f"{typed['gate.statistic']} names no gate part "
+                                            f"({', '.join(gate_parts)})")
+    if typed["gate.statistic"] == "late" and not typed["stats.late_rows"]:
+        raise ParamsError("gate.statistic", "late needs stats.late_rows")
+    pmin = typed["gate.welch_p_min"]
+    if pmin is not None and not (0 < pmin < 1):
+        raise ParamsError("gate.welch_p_min", f"must lie in (0, 1), got {pmin}")
+    if typed["gate.mean_min"] is not None and not math.isfinite(typed["gate.mean_min"]):
+        raise ParamsError("gate.mean_min", f"must be finite, got {typed['gate.mean_min']}")
     seeds = typed["seeds"]
     if not seeds:
         raise ParamsError("seeds", "needs at least one seed")
@@ -266,6 +308,9 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
         dup = sorted({s for s in seeds if seeds.count(s) > 1})
         raise ParamsError("seeds", f"duplicate seeds {dup}")
     points = set(eval_points(typed))
+    erows = typed["gate.entropy_overlap_rows"]
+    if erows is not None and erows not in points:
+        raise ParamsError("gate.entropy_overlap_rows", f"{erows} is not an evaluation point")
     for key in ("stats.s1_rows", "stats.concordance_rows"):
         missing = [r for r in typed[key] if r not in points]
         if missing:
@@ -320,6 +365,10 @@ def smoke_overrides() -> list[str]:
     for key, v in SMOKE.items():
         if isinstance(v, list):
             v = "[" + ",".join(str(x) for x in v) + "]"
+        elif v is None:
+            v = "null"
+        elif isinstance(v, bool):
+            v = str(v).lower()
         out += ["-S", f"{key}={v}"]
     return out
 
