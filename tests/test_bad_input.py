@@ -231,3 +231,99 @@ def test_bad_params_give_the_same_line_everywhere(tmp_path, expected_lines, entr
     assert first == expected_lines[case], r.stderr
     assert "imported before the parameters were validated" not in r.stderr
     assert not (work / "out").exists()
+
+
+# ------------------------------------------------------------- 3. versions against the pins
+
+def test_pins_of_this_venv_match_requirements_lock(monkeypatch):
+    monkeypatch.delenv(provenance.ALLOW_VERSIONS_ENV, raising=False)
+    got = provenance.check_pins(REPO / "requirements.lock")
+    assert got["checked"] and not got["override"]
+    assert got["versions"]["jax"] == provenance.read_pins(REPO / "requirements.lock")["jax"]
+
+
+@pytest.mark.parametrize("python", [None, sys.executable])
+def test_pin_mismatch_is_one_line_naming_package_and_versions(tmp_path, monkeypatch, python):
+    monkeypatch.delenv(provenance.ALLOW_VERSIONS_ENV, raising=False)
+    lock = tmp_path / "requirements-reference.lock"
+    lock.write_text("jax==0.0.1\njaxlib==0.0.1\nnumpy==1.0.0\n")
+    installed = provenance._installed(("jax",))["jax"]
+    with pytest.raises(provenance.PinError) as e:
+        provenance.check_pins(lock, python=python)
+    msg = str(e.value)
+    assert msg.startswith(f"versions: jax {installed} installed, requirements-reference.lock "
+                          f"pins 0.0.1 (") and "\n" not in msg
+
+
+def test_override_is_allowed_and_recorded(tmp_path, monkeypatch):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("jax==0.0.1\njaxlib==0.0.1\nnumpy==1.0.0\n")
+    monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, "1")
+    got = provenance.check_pins(lock)
+    assert got == {"checked": False, "override": True, "versions": got["versions"]}
+    prov = provenance.collect(modules=())
+    assert prov["versions_override"] is True
+
+
+def _fake_dist(guard: Path, name: str, version: str) -> None:
+    d = guard / f"{name}-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_candidate_run_refuses_other_jax_before_compiling(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "params.yaml").write_text(yaml.safe_dump(_VALID))
+    env = _guarded_env(tmp_path)
+    _fake_dist(tmp_path / "guard", "jax", "0.0.1")
+    pin = provenance.read_pins(REPO / "requirements.lock")["jax"]
+    r = subprocess.run([sys.executable, "-m", "dreamer_parity.candidate.run", "--params",
+                        "params.yaml", "--out", "out", "--work-dir", str(tmp_path / "w")],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"error: versions: jax 0.0.1 installed, requirements.lock pins "
+                               f"{pin} ("), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (work / "out").exists()
+
+
+def _run_with_versions(side, seed, versions, override=False):
+    info = {"provenance": {"versions": versions, "versions_override": override}}
+    return load.Run(side=side, seed=seed, source="records", label=f"{side}/s{seed}",
+                    status="ok", reason=None, failed_row=None, evals=None, eval_returns=[],
+                    train=None, episodes=None, run_info=info, timing=None)
+
+
+_PINS = {"reference": {"jax": "0.4.26", "jaxlib": "0.4.26"},
+         "candidate": {"jax": "0.10.2", "jaxlib": "0.10.2"}}
+_REF = {"jax": "0.4.26", "jaxlib": "0.4.26", "numpy": "1.26.4"}
+_CAND = {"jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.4.6"}
+
+
+def test_version_flags_pass_when_each_side_is_at_its_pins():
+    f = checks.version_flags([_run_with_versions("reference", s, _REF) for s in (0, 1)],
+                             [_run_with_versions("candidate", s, _CAND) for s in (0, 1)], _PINS)
+    assert f["status"] == "PASS", f
+    assert f["sides_differ"] is True and f["mixed"] == {"reference": False, "candidate": False}
+    assert f["versions"]["candidate"]["s1"] == {"jax": "0.10.2", "jaxlib": "0.10.2"}
+
+
+def test_version_flags_flag_mixed_off_pin_and_override():
+    cand = [_run_with_versions("candidate", 0, _CAND),
+            _run_with_versions("candidate", 1, {**_CAND, "jaxlib": "0.10.1"}, override=True)]
+    f = checks.version_flags([_run_with_versions("reference", 0, _REF)], cand, _PINS)
+    assert f["status"] == "FLAG"
+    assert f["mixed"] == {"reference": False, "candidate": True}
+    assert f["off_pin"]["candidate"] == ["s1 jaxlib 0.10.1 != pin 0.10.2"]
+    assert f["overrides"] == ["candidate s1"]
+    assert "candidate runs imported different versions" in f["detail"]
+
+
+def test_version_flags_na_for_published_runs():
+    if not (ROUND3 / "ref_s0" / "evals.jsonl").is_file():
+        pytest.skip("data/published/round3 not present")
+    ref = load.load_side(ROUND3, "reference", [0, 1])
+    cand = load.load_side(ROUND3 / "ajax", "candidate", [0, 1])
+    f = checks.version_flags(ref, cand)
+    assert f["status"] == "N/A" and len(f["unrecorded"]) == 4

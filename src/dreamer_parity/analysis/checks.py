@@ -23,7 +23,8 @@ import numpy as np
 from dreamer_parity import schedule
 from dreamer_parity.analysis.load import Run
 
-__all__ = ["Check", "run_checks", "REFERENCE_COMMIT", "MAX_LENGTH"]
+__all__ = ["Check", "run_checks", "REFERENCE_COMMIT", "MAX_LENGTH", "version_flags",
+           "LOCKS", "VERSION_PACKAGES"]
 
 #: The reference commit (danijar/dreamerv3).
 REFERENCE_COMMIT = "29eb964e2918a3f4db04086f7f51b60388e97f3d"
@@ -270,4 +271,81 @@ def run_checks(params: dict, ref_runs: list[Run], cand_runs: list[Run]) -> list[
         out.append(_updates_check(run))
         out.append(_eval_episodes_check(params, run))
         out.extend(_episode_checks(params, run))
+    return out
+
+
+#: The lock each side's venv is installed from (repository root).
+LOCKS = {"candidate": "requirements.lock", "reference": "requirements-reference.lock"}
+#: Packages whose versions a run records and the round compares.
+VERSION_PACKAGES = ("jax", "jaxlib")
+
+
+def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None = None,
+                  packages: tuple[str, ...] = VERSION_PACKAGES) -> dict:
+    """Which jax / jaxlib versions the runs of a round imported, and whether that needs a flag.
+
+    Args:
+      ref_runs, cand_runs: the loaded runs; versions come from run.json
+        ``provenance.versions`` (published runs record none).
+      pins: ``{side: {package: version}}``; default: the pins of :data:`LOCKS`
+        (:func:`dreamer_parity.provenance.read_pins`), absent locks giving no pins.
+      packages: the packages compared.
+
+    Returns:
+      ``{"status": "PASS" | "FLAG" | "N/A", "detail": str (one line),
+      "versions": {side: {"s<seed>": {package: str | None}}},
+      "mixed": {side: bool} (runs of one side imported different versions),
+      "sides_differ": bool (the two sides imported different versions; by design, as the
+      two locks differ, so not a flag by itself), "off_pin": {side: ["s<seed> jax X != pin Y",
+      ...]}, "overrides": ["<side> s<seed>", ...] (runs recorded versions_override),
+      "unrecorded": ["<side> s<seed>", ...]}``.  FLAG: a side mixes versions, a run departs
+      from its side's pin, or a run was started with the override; N/A: no run records
+      versions; else PASS.
+    """
+    if pins is None:
+        from dreamer_parity import provenance
+        pins = {}
+        for side, lock in LOCKS.items():
+            path = provenance.REPO_ROOT / lock
+            pins[side] = provenance.read_pins(path) if path.exists() else {}
+    out = {"versions": {}, "mixed": {}, "off_pin": {}, "overrides": [], "unrecorded": []}
+    seen = {}
+    for side, runs in (("reference", ref_runs), ("candidate", cand_runs)):
+        out["versions"][side] = {}
+        out["off_pin"][side] = []
+        seen[side] = set()
+        for run in runs:
+            prov = (run.run_info or {}).get("provenance") or {}
+            versions = prov.get("versions") if isinstance(prov.get("versions"), dict) else {}
+            key = f"s{run.seed}"
+            if not any(versions.get(p) for p in packages):
+                out["unrecorded"].append(f"{side} {key}")
+                continue
+            v = {p: versions.get(p) for p in packages}
+            out["versions"][side][key] = v
+            seen[side].add(tuple(v[p] for p in packages))
+            if prov.get("versions_override") is True:
+                out["overrides"].append(f"{side} {key}")
+            for p in packages:
+                want = (pins.get(side) or {}).get(p)
+                if want is not None and v[p] != want:
+                    out["off_pin"][side].append(f"{key} {p} {v[p]} != pin {want}")
+        out["mixed"][side] = len(seen[side]) > 1
+    out["sides_differ"] = bool(seen["reference"] and seen["candidate"]
+                               and seen["reference"] != seen["candidate"])
+    problems = [f"{side} runs imported different versions "
+                f"({'; '.join(sorted(' '.join(map(str, t)) for t in seen[side]))})"
+                for side in ("reference", "candidate") if out["mixed"][side]]
+    problems += [f"{side} {x}" for side in ("reference", "candidate") for x in out["off_pin"][side]]
+    if out["overrides"]:
+        problems.append(f"started with DREAMER_PARITY_ALLOW_VERSIONS=1: "
+                        f"{', '.join(out['overrides'])}")
+    if problems:
+        out["status"], out["detail"] = "FLAG", "; ".join(problems)
+    elif not any(seen.values()):
+        out["status"], out["detail"] = "N/A", "no run records its jax/jaxlib versions (published)"
+    else:
+        per_side = [f"{side} " + ", ".join(f"{p} {v}" for p, v in zip(packages, next(iter(seen[side]))))
+                    for side in ("reference", "candidate") if seen[side]]
+        out["status"], out["detail"] = "PASS", "; ".join(per_side) + " (each side at its pins)"
     return out
