@@ -121,19 +121,14 @@ def _params(stage):
 
 def test_stage_parameters_are_exactly_what_each_side_reads():
     ref, cand, comp = STAGES["reference"]["do"], STAGES["candidate"], STAGES["compare"]
-    check = STAGES["learning_check"]
+    assert "learning_check" not in STAGES   # a round's gate is compare's (params gate.*)
     assert STAGES["reference"]["foreach"] == "${seeds}"
     assert sorted(_params(ref)) == sorted(["profile", "rows", "eval_every", "eval_episodes",
                                            "reference.decode", "reference.sampler",
                                            "reference.source"])
     assert sorted(_params(cand)) == sorted(["decode", "profile", "seeds", "rows", "eval_every",
                                             "eval_episodes"])
-    assert {"round", "decode", "reference", "stats", "seeds", "rows"} <= set(_params(comp))
-    # the learning check reads the candidate's round and the failed rule, nothing else
-    assert sorted(_params(check)) == sorted(["decode", "profile", "seeds", "rows", "eval_every",
-                                             "eval_episodes", "stats.failed_rule"])
-    assert {"results/candidate", "data/published"} <= set(check["deps"])
-    assert "results/reference" not in check["deps"]
+    assert {"round", "decode", "reference", "stats", "gate", "seeds", "rows"} <= set(_params(comp))
     assert _params(STAGES["preflight"]) == ["params.yaml"]  # the whole file
     # every key of the schema is read by some stage besides preflight
     declared = set(_params(ref)) | set(_params(cand)) | set(_params(comp))
@@ -148,11 +143,11 @@ def test_every_stage_waits_for_preflight_and_metrics_live_in_git():
         body = st.get("do", st)
         assert "results/preflight.ok" in body["deps"], name
         assert body["cmd"].startswith("PYTHONPATH=src python -m dreamer_parity."), name
-    for name in ("port_check", "compare", "learning_check"):
+    for name in ("port_check", "compare"):
         for m in STAGES[name]["metrics"]:
             (path, opts), = m.items()
             assert opts == {"cache": False}, path
-    for name in ("compare", "learning_check"):
+    for name in ("compare",):
         for o in STAGES[name]["outs"]:
             (path, opts), = o.items()
             assert opts == {"cache": False}, path
@@ -165,7 +160,7 @@ def test_stage_list_expands_one_reference_stage_per_seed():
     out = dvc(REPO, "stage", "list", "--name-only").stdout.split()
     seeds = P.load(REPO / "params.yaml")["seeds"]
     assert out == ["preflight", "port_check", *[f"reference@{s}" for s in seeds],
-                   "candidate", "compare", "learning_check"]
+                   "candidate", "compare"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -275,12 +270,7 @@ def _reset(clone):
 def test_repro_runs_every_stage_once_in_order(stub_round):
     clone, out = stub_round
     assert ran_stages(out) == ["preflight", "port_check", "reference@0", "reference@1",
-                               "candidate", "compare", "learning_check"]
-    # the real learning check ran on the stand-in candidate: not this round, no failure
-    check = json.loads((clone / "metrics" / "learning_check.json").read_text())
-    assert check["applicable"] is False and check["gate_pass"] is None
-    assert "seeds [0, 1] (needs [0, 1, 2])" in check["reason"]
-    assert (clone / "metrics" / "plots" / "learning_check_eval.csv").is_file()
+                               "candidate", "compare"]
     assert (clone / "results" / "preflight.ok").read_text() == pipeline.GATE_TEXT
     for s in (0, 1):
         assert json.loads((clone / f"results/reference/s{s}/DONE.json").read_text()) == {"status": "ok"}
@@ -296,8 +286,7 @@ def test_decode_reruns_only_candidate_and_compare(stub_round):
     _reset(clone)
     before = {s: lock_stage(clone, f"reference@{s}") for s in (0, 1)}
     p = dvc(clone, "exp", "run", "-n", "pair-r", "-S", "decode=ref")
-    assert [s for s in ran_stages(p.stdout) if s != "preflight"] == ["candidate", "compare",
-                                                                     "learning_check"]
+    assert [s for s in ran_stages(p.stdout) if s != "preflight"] == ["candidate", "compare"]
     assert "Stage 'reference@0' didn't change, skipping" in p.stdout
     assert {s: lock_stage(clone, f"reference@{s}") for s in (0, 1)} == before
     diff = json.loads(dvc(clone, "metrics", "diff", "round-a", "pair-r", "--json").stdout)
