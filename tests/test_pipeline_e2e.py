@@ -2,8 +2,8 @@
 
 In one temporary clone of the working tree (module-scoped, shared by the tests):
 
-1. ``dvc repro`` of the smoke profile runs every stage (the learning check writes its
-   "not applicable to this round" metrics and succeeds);
+1. ``dvc repro`` of the smoke profile runs every stage (the smoke round has no gate:
+   ``gate.pass`` is null with its reason);
 2. ``dvc exp run -S decode=ref`` reruns the candidate and compare stages, not the
    reference seeds (DVC's output and dvc.lock), and ``dvc metrics diff`` shows the
    candidate's numbers changed and the reference's not;
