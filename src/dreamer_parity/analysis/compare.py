@@ -15,8 +15,8 @@ report says so).
 
 Outputs (fixed names): ``<metrics>/summary.json`` (flat keys, no NaN: null plus a
 ``.reason`` key), ``<plots>/eval_curve.csv``, ``<plots>/entropy_windows.csv``,
-``<plots>/eval_curves.png``, ``<plots>/s2_curve.png``, ``<plots>/entropy_windows.png``
-and the report.
+``<plots>/eval_curves.png``, ``<plots>/s2_curve.png``, ``<plots>/entropy_windows.png``,
+the additions' ``<plots>/iqm.png`` and ``<plots>/performance_profile.png``, and the report.
 
 Exit status:
 
@@ -55,7 +55,7 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     Returns:
       A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
       ``params, points, sides, eval, s1, s2, late, concordance, reading, windows,
-      entropy, checks``.  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
+      entropy, checks, failed_seeds, additions`` (:func:`additions.compute`).  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
 
     Raises:
       AnalysisError / RecordError: bad input, before any statistic is computed.
@@ -120,6 +120,9 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     out["checks"] = checks_mod.run_checks(params, ref, cand)
     out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]
                            for s, runs in (("reference", ref), ("candidate", cand))}
+    # labelled additions (TOST, rliable aggregates, collapse flags): never the gate
+    from dreamer_parity.analysis import additions
+    out["additions"] = additions.compute(out)
     return out
 
 

@@ -13,7 +13,10 @@ available), and the additions (not pre-registered) ``X.addition.boot_lo``,
 Also ``concordance.<side>.at_<row>``, ``concordance.<side>.rate``,
 ``concordance.H1/H3/candidate_better/reading`` (+ ``.reason``), ``entropy.overlap_windows``,
 ``entropy.windows``, ``entropy.w<row>.overlap``, ``entropy.w<row>.ratio``, ``checks.*``,
-``failed_seeds.<side>``, ``failed_rule``.  Every null value has a ``*.reason`` key.
+``failed_seeds.<side>``, ``failed_rule``, and the labelled additions ``addition.*``
+(:func:`additions.summary_keys`: ``addition.tost.*``, ``addition.rliable.*``,
+``addition.collapse.<side>.s<seed>`` with ``.best``, ``.best_row``, ``.final``).  Every
+null value has a ``*.reason`` key.
 
 ``plots/eval_curve.csv``: ``rows, side, seed, eval_mean, s2`` (one row per evaluation
 point and seed; ``s2`` empty when undefined or not available).
@@ -145,6 +148,9 @@ def summary(result: dict) -> dict:
     out["checks.failed"] = counts.get("FAIL", 0)
     out["checks.flagged"] = counts.get("FLAG", 0)
     out["checks.not_available"] = counts.get("N/A", 0)
+    if "additions" in result:
+        from dreamer_parity.analysis import additions
+        out.update(additions.summary_keys(result["additions"]))
     return {k: (_num(v) if isinstance(v, (float, int, np.floating, np.integer, np.bool_)) else v)
             for k, v in out.items()}
 

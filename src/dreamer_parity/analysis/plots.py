@@ -6,6 +6,8 @@
   [min, max] band; a labelled placeholder when S2 is not available.
 * ``entropy_windows.png``: actor entropy ``ent/action/mean`` window means with the seed
   [min, max] range per side; a labelled placeholder when not available.
+* ``iqm.png``, ``performance_profile.png``: the rliable additions
+  (:func:`additions.write_figures`).
 """
 
 from __future__ import annotations
@@ -126,8 +128,11 @@ def _entropy(result: dict, path: Path) -> None:
 
 
 def write_figures(result: dict, plots_dir) -> None:
-    """Write the three PNG figures of a round under ``plots_dir``."""
+    """Write the PNG figures of a round (and of its additions) under ``plots_dir``."""
     plots_dir = Path(plots_dir)
     _eval_curves(result, plots_dir / "eval_curves.png")
     _s2_curve(result, plots_dir / "s2_curve.png")
     _entropy(result, plots_dir / "entropy_windows.png")
+    if "additions" in result:
+        from dreamer_parity.analysis import additions
+        additions.write_figures(result["additions"], plots_dir, result["params"]["round"])

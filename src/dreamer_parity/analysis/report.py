@@ -2,7 +2,9 @@
 
 Sections: sides and pre-registration, parameters, the pre-registered decision (S1,
 S2 at the last row, LATE), failed seeds and the rule used, per-seed values, the
-additions (bootstrap interval, seeds needed; not pre-registered), concordance and the
+additions (bootstrap interval, seeds needed; not pre-registered), the section "Additions
+(not part of the pre-registered gate)" (TOST, rliable aggregates, collapse flags;
+:mod:`additions`), concordance and the
 round-3 reading, checks, known differences between the sides, evaluation and S2
 curves, the actor-entropy windows, activation/embed relative to the first window, and
 every training metric's window table.  No absolute path is written.
@@ -223,6 +225,9 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           "effect (difference over the pooled standard deviation; noncentral t). These do not "
           "change the pre-registered reading.", ""]
     L += _additions(result)
+    if "additions" in result:
+        from dreamer_parity.analysis import additions
+        L += additions.report_lines(result["additions"])
 
     c, r = result["concordance"], result["reading"]
     L += ["", "## Concordance", "",
@@ -307,4 +312,6 @@ def write_report(result: dict, path, prereg=None, notes: list[str] = (), plots_d
     if plots_dir is not None:
         links = {n: rel(Path(plots_dir) / n) for n in
                  ("eval_curves.png", "s2_curve.png", "entropy_windows.png")}
+        if "additions" in result:
+            links.update({n: rel(Path(plots_dir) / n) for n in ("iqm.png", "performance_profile.png")})
     atomic_text(path, render(result, rel(prereg) if prereg else None, list(notes), links))
