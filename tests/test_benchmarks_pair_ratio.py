@@ -34,7 +34,7 @@ def test_figures_are_read_from_the_benchmarks_result_fields():
 
 
 def test_summary_judges_the_target_by_the_median_of_the_ratios():
-    # Session 14's three pairings (docs/PERFORMANCE.md): 3.25x, 2.75x and 2.64x.
+    # three measured pairings (docs/PERFORMANCE.md): 3.25x, 2.75x and 2.64x.
     pairs = [{"candidate_s": 0.329, "reference_s": 1.070},
              {"candidate_s": 0.374, "reference_s": 1.028},
              {"candidate_s": 0.360, "reference_s": 0.952}]

@@ -88,7 +88,7 @@ class AgentConfig:
     # (agent._loss); any positive value, imag_length + 1 or more meaning one pass over the
     # stacked trajectory; bitwise the same update for every value.  8 keeps
     # the cold compile near that of one stacked pass (16) and runs about as fast as 1-4
-    # (docs/PERFORMANCE.md, "The imagination heads in row groups")
+    # (docs/PERFORMANCE.md, levers table)
     head_rows: int = 8
 
     def __post_init__(self):
