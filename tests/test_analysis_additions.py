@@ -228,3 +228,52 @@ def test_published_round3(published_dir):
     flagged = {(side, s) for side in ("reference", "candidate")
                for s, f in add["collapse"][side].items() if f["collapsed"]}
     assert flagged == {("reference", 4), ("candidate", 3), ("candidate", 4)}
+
+
+def _git(repo, *args):
+    import subprocess
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_plots_diff_renders_two_revisions_offline(tmp_path):
+    import subprocess
+    import sys
+
+    from dreamer_parity.analysis import plots_diff
+    repo = tmp_path / "repo"
+    (repo / "metrics" / "plots").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.org")
+    _git(repo, "config", "user.name", "t")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=repo, check=True,
+                   capture_output=True)
+    csv = repo / "metrics" / "plots" / "eval_curve.csv"
+
+    def write(level):
+        lines = ["rows,side,seed,eval_mean,s2"]
+        for side, k in (("reference", 1.0), ("candidate", 0.8)):
+            for seed in (0, 1):
+                for r in (400, 800, 1200):
+                    lines.append(f"{r},{side},{seed},{level * k * r / 1200 + seed},")
+        csv.write_text("\n".join(lines) + "\n")
+
+    write(100.0)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "round a")
+    _git(repo, "tag", "a")
+    write(400.0)
+    _git(repo, "commit", "-q", "-am", "round b")
+    out = tmp_path / "diff.png"
+    spec_out = tmp_path / "diff.vl.json"
+    rows = plots_diff.render(["a", "HEAD"], out, repo=repo, spec_out=spec_out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {r["rev"] for r in rows} == {"a", "HEAD"}
+    assert len(rows) == 2 * 12
+    by = {(r["rev"], r["side"], r["seed"], r["rows"]): r["eval_mean"] for r in rows}
+    assert by[("a", "reference", "0", 1200.0)] == 100.0
+    assert by[("HEAD", "reference", "0", 1200.0)] == 400.0
+    spec = json.loads(spec_out.read_text())
+    assert len(spec["data"]["values"]) == 24
+    # the CLI: an unknown target is a one-line error, exit 2
+    assert plots_diff.main(["a", "HEAD", "--repo", str(repo), "--target", "nope.csv",
+                            "--out", str(tmp_path / "x.png")]) == 2
