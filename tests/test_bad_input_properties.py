@@ -54,7 +54,6 @@ PUB_PARAMS = params_mod.validate({
 
 TRIED = collections.Counter()
 REFUSED = collections.Counter()
-KNOWN = collections.Counter()   # hits of the known params.py defects (not failed here)
 
 # ------------------------------------------------------------------------------- mutations
 
@@ -235,8 +234,7 @@ def pub_dir():
 def summary():
     yield
     for kind in sorted(TRIED):
-        print(f"\n{kind}: {TRIED[kind]} mutations tried, {REFUSED[kind]} refused"
-              + (f" ({KNOWN[kind]} hit a known params.py defect)" if KNOWN[kind] else ""))
+        print(f"\n{kind}: {TRIED[kind]} mutations tried, {REFUSED[kind]} refused")
 
 
 def _load_round(root: Path):
@@ -310,26 +308,19 @@ def test_mutated_params_yaml(tmp_path_factory, data):
     path.write_bytes(mutated)
     try:
         p = params_mod.load(path)
-    except UnicodeDecodeError:   # known defect 2 (test_params_load_known_defects)
-        KNOWN["params.yaml"] += 1
-        return
     except params_mod.ParamsError as e:
         REFUSED["params.yaml"] += 1
-        if "invalid YAML" in str(e) and "\n" in str(e):   # known defect 1
-            KNOWN["params.yaml"] += 1
-            return
         assert_one_line(e, ("params",), None)
         return
     check_params_invariants(p)
 
 
-@pytest.mark.xfail(strict=True, reason="params.load (params.py, schema owner): a YAML syntax "
-                   "error gives a multi-line message; a file that is not UTF-8 raises "
-                   "UnicodeDecodeError (a traceback at every entry point)")
-@pytest.mark.parametrize("text", [b"round: t\nd\nrows: 1\n", b"\xa3 comment\nround: t\n"])
-def test_params_load_known_defects(tmp_path, text):
+@pytest.mark.parametrize("text, expected", [
+    (b"round: t\nd\nrows: 1\n", "params: <root>: params.yaml line 3: invalid YAML: could not find expected ':'"),
+    (b"\xa3 comment\nround: t\n", "params: <root>: params.yaml line 1: not UTF-8 text")])
+def test_params_load_refuses_in_one_line(tmp_path, text, expected):
     path = tmp_path / "params.yaml"
     path.write_bytes(text)
     with pytest.raises(params_mod.ParamsError) as e:
         params_mod.load(path)
-    assert "\n" not in str(e.value)
+    assert str(e.value) == expected

@@ -344,18 +344,25 @@ def load(path: str | Path = "params.yaml") -> dict:
 
     Raises:
       FileNotFoundError: no such file.
-      ParamsError: see :func:`validate`; YAML syntax errors are reported with the line.
+      ParamsError: see :func:`validate`; YAML syntax errors and text that is not UTF-8
+        are reported in one line with the line number.
     """
     import yaml
 
     path = Path(path)
-    text = path.read_text()
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ParamsError("<root>", f"{path.name} line {line}: not UTF-8 text") from None
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ParamsError("<root>", f"{path.name}{line}: invalid YAML: {e}") from None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ParamsError("<root>", f"{path.name}{line}: invalid YAML: {problem}") from None
     return validate(raw, where=path.name)
 
 
