@@ -14,6 +14,8 @@ from dreamer_parity.reference import launch
 from dreamer_parity.reference import setup as rs
 
 REPO = Path(__file__).resolve().parents[1]
+#: a round that runs the reference (params.yaml's round reads the published runs)
+ROUND1 = "tests/fixtures/params_round1.yaml"
 
 
 def _launch(*args, cwd=REPO):
@@ -44,7 +46,7 @@ def test_cli_bad_params_names_the_key(tmp_path):
     p.write_text("rows: 1000\neval_every: 400\n")
     r = _launch("--params", str(p), "--seed", "0", "--out", str(tmp_path / "o"))
     assert r.returncode == 2
-    assert re.match(r"reference launch: error: params: (rows|eval_every): .*1000", r.stderr)
+    assert re.match(r"error: params: (rows|eval_every): .*1000", r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1
     assert "Traceback" not in r.stderr
 
@@ -57,7 +59,7 @@ def test_cli_published_source_does_not_run_the_reference(tmp_path):
 
 
 def test_cli_missing_setup_names_the_setup_command(tmp_path):
-    r = _launch("--params", "params.yaml", "--seed", "0", "--out", str(tmp_path / "o"),
+    r = _launch("--params", ROUND1, "--seed", "0", "--out", str(tmp_path / "o"),
                 "--root", str(tmp_path / "empty-root"))
     assert r.returncode == 2
     assert "reference checkout missing" in r.stderr
@@ -87,7 +89,7 @@ def test_completed_run_is_refused_and_kept(tmp_path):
         launch.prepare_out_dir(out)
     assert (out / "records.jsonl").read_text() == "{}\n"
     # Through the CLI too: refused before the set-up check, so no set-up is needed.
-    r = _launch("--params", "params.yaml", "--seed", "0", "--out", str(out),
+    r = _launch("--params", ROUND1, "--seed", "0", "--out", str(out),
                 "--root", str(tmp_path / "no-root"))
     assert r.returncode == 2
     assert "already holds a completed reference run (DONE.json status ok)" in r.stderr
