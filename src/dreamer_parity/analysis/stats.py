@@ -15,7 +15,10 @@ over reference seeds, ``LEARNS = A >= lo``, ``WITHIN_RANGE = lo <= A <= hi``, We
 two-sided t-test (``scipy.stats.ttest_ind(equal_var=False)``).  Additions (labelled as
 such in every output): a percentile bootstrap 95% interval of the difference of means
 (candidate - reference), resampling seeds within each side with a fixed generator, and
-the seeds per side a two-sided Welch test at alpha 0.05 needs for 80% power.
+the seeds per side a two-sided Welch test at alpha 0.05 needs for 80% power.  The
+further labelled additions (equivalence test, rliable aggregates, collapse flags) are
+in :mod:`dreamer_parity.analysis.additions`; this bootstrap of the difference of means
+is kept there rather than duplicated with rliable.
 
 Undefined values are ``None`` with a reason, never NaN.  A failed seed (completion
 marker ``failed``) scores 0 at its failing point and at every later point
