@@ -172,7 +172,6 @@ _ENTRY_POINTS = {
     "reference launch": ["dreamer_parity.reference.launch", "--params", "P", "--seed", "0",
                          "--out", "O"],
     "compare": ["dreamer_parity.analysis.compare", "--params", "P", "--candidate", "O"],
-    "learning_check": ["dreamer_parity.analysis.learning_check", "--params", "P", "--out", "O"],
     "make run": None,
 }
 
