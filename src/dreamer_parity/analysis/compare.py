@@ -120,6 +120,10 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     out["checks"] = checks_mod.run_checks(params, ref, cand)
     out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]
                            for s, runs in (("reference", ref), ("candidate", cand))}
+    # the round's gate (params gate.*, its pre-registration) and the versions the runs imported
+    from dreamer_parity.analysis import gate as gate_mod
+    out["gate"] = gate_mod.evaluate(params, out)
+    out["versions"] = checks_mod.version_flags(ref, cand)
     # labelled additions (TOST, rliable aggregates, collapse flags): never the gate
     from dreamer_parity.analysis import additions
     out["additions"] = additions.compute(out)

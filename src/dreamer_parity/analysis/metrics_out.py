@@ -148,6 +148,18 @@ def summary(result: dict) -> dict:
     out["checks.failed"] = counts.get("FAIL", 0)
     out["checks.flagged"] = counts.get("FLAG", 0)
     out["checks.not_available"] = counts.get("N/A", 0)
+    if "gate" in result:
+        from dreamer_parity.analysis import gate
+        out.update(gate.flat_keys(result["gate"]))
+        if out["gate.statistic"] is None:
+            out["gate.statistic.reason"] = result["gate"]["reason"]
+    if "versions" in result:
+        v = result["versions"]
+        out["versions.status"] = v["status"]
+        out["versions.detail"] = v["detail"]
+        out["versions.sides_differ"] = v["sides_differ"]
+        for side, mixed in v["mixed"].items():
+            out[f"versions.mixed.{side}"] = mixed
     if "additions" in result:
         from dreamer_parity.analysis import additions
         out.update(additions.summary_keys(result["additions"]))

@@ -203,6 +203,15 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           + (f"LATE over [{st['late_rows'][0]}, {st['late_rows'][1]}] ({len(result['late']['points'])} "
              f"points)." if st["late_rows"] else f"LATE: {result['late']['reason']}."), ""]
     L += _decision_rows(result)
+    if "gate" in result:
+        from dreamer_parity.analysis import gate
+        L += ["", "### The gate (pre-registered in params.yaml `gate.*`)", ""]
+        L += gate.report_lines(result["gate"])
+    if "versions" in result:
+        v = result["versions"]
+        L += ["", f"Versions (jax, jaxlib) the runs imported: **{v['status']}**: {v['detail']}"
+              + (" The two sides imported different versions (each from its own lock)."
+                 if v["sides_differ"] else "")]
     L += ["", "### Failed seeds", "",
           f"Rule used: `failed_rule = {st['failed_rule']}`: a seed whose run failed scores return 0 "
           "at its failing evaluation point and every later one (S1, S2, LATE, concordance); it is "
