@@ -75,9 +75,9 @@ def _check_published(params: dict, root: Path) -> Path:
     d = Path(root) / src
     if not d.is_dir():
         raise PreflightError(
-            f"params: reference.source: {src} is not a directory; bring the published runs "
-            f"in with `dvc pull data/published.dvc` (or `dvc update data/published.dvc` "
-            f"where ../shared/published exists), or set reference.source: run")
+            f"params: reference.source: {src} is not a directory; the published rounds are "
+            f"data/published/round1, round2 and round3 (git-tracked), or set "
+            f"reference.source: run")
     missing = [s for s in params["seeds"] if not (d / f"ref_s{s}" / "evals.jsonl").is_file()]
     if missing:
         raise PreflightError(
