@@ -64,3 +64,18 @@ def test_reading(round3):
     assert res["reading"]["reading"] == "H2 or noise"
     assert expected["reading"].startswith(res["reading"]["reading"] + " ")
     assert res["reading"]["H1"] is False and res["reading"]["H3"] is False
+
+
+def test_study_candidate_is_context_and_gate_fails_on_late(round3, published_dir, tmp_path):
+    expected, res = round3
+    ctx = res["context"]
+    assert ctx["dir"].endswith("round3/ajax")
+    np.testing.assert_allclose(ctx["late"], expected["late_ajax"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ctx["s1"], expected["s1_ajax"], rtol=0, atol=1e-9)
+    from dreamer_parity.analysis import metrics_out
+    s = metrics_out.summary(res)
+    assert s["context.study_candidate.LATE.mean"] == pytest.approx(265.4258102909211, abs=1e-9)
+    assert metrics_out.missing_reasons(s) == []
+    # a records-layout reference has no study candidate beside it
+    assert compare.study_candidate(validate(ROUND3), {"layout": "records", "dir": "x"},
+                                   res["points"]) is None

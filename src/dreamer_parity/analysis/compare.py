@@ -120,6 +120,7 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     out["checks"] = checks_mod.run_checks(params, ref, cand)
     out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]
                            for s, runs in (("reference", ref), ("candidate", cand))}
+    out["context"] = study_candidate(params, sides["reference"], points)
     # the round's gate (params gate.*, its pre-registration) and the versions the runs imported
     from dreamer_parity.analysis import gate as gate_mod
     out["gate"] = gate_mod.evaluate(params, out)
@@ -128,6 +129,34 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     from dreamer_parity.analysis import additions
     out["additions"] = additions.compute(out)
     return out
+
+
+def study_candidate(params: dict, reference_side: dict, points: list[int]) -> dict | None:
+    """The published study's own candidate of the reference's round, for context only.
+
+    When the reference side is a published round directory that also holds the study's
+    candidate (``<dir>/ajax/s<S>/evals.jsonl`` for every seed of the round), its S1 and
+    LATE per seed are computed with the same rules; never part of a decision or the gate.
+
+    Returns:
+      None when there is no such side; else ``{"dir", "s1": float64 [n_seeds],
+      "late": float64 [n_seeds] | None}`` (return units, seed order of ``params``).
+
+    Raises:
+      AnalysisError: its files are malformed or its evaluation rows are not the round's.
+    """
+    if reference_side["layout"] != "published":
+        return None
+    d = Path(reference_side["dir"]) / "ajax"
+    seeds, st = params["seeds"], params["stats"]
+    if not all((d / f"s{s}" / "evals.jsonl").is_file() for s in seeds):
+        return None
+    runs = load_side(d, "candidate", seeds, "published")
+    check_eval_rows(runs, points)
+    rule = st["failed_rule"]
+    late = stats.late_values(runs, points, st["late_rows"], rule) if st["late_rows"] else None
+    return {"dir": display_path(d), "s1": stats.s1_values(runs, st["s1_rows"], rule),
+            "late": late}
 
 
 def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None,

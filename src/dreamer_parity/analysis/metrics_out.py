@@ -148,6 +148,14 @@ def summary(result: dict) -> dict:
     out["checks.failed"] = counts.get("FAIL", 0)
     out["checks.flagged"] = counts.get("FLAG", 0)
     out["checks.not_available"] = counts.get("N/A", 0)
+    ctx = result.get("context")
+    if ctx is not None:
+        for name in ("s1", "late"):
+            if ctx[name] is not None:
+                key = f"context.study_candidate.{name.upper()}"
+                for s, v in zip(result["params"]["seeds"], ctx[name]):
+                    out[f"{key}.s{s}"] = _num(v)
+                out[f"{key}.mean"] = _num(np.mean(ctx[name]))
     if "gate" in result:
         from dreamer_parity.analysis import gate
         out.update(gate.flat_keys(result["gate"]))

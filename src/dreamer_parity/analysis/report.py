@@ -203,6 +203,25 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           + (f"LATE over [{st['late_rows'][0]}, {st['late_rows'][1]}] ({len(result['late']['points'])} "
              f"points)." if st["late_rows"] else f"LATE: {result['late']['reason']}."), ""]
     L += _decision_rows(result)
+    ctx = result.get("context")
+    if ctx is not None:
+        L += ["", "### The study's own candidate (context, never gated)", "",
+              f"The published round also holds the study's own JAX candidate (`{ctx['dir']}`), "
+              "scored here with the same rules:", "",
+              "| seed | reference S1 | candidate S1 | study's candidate S1"
+              + (" | reference LATE | candidate LATE | study's candidate LATE |"
+                 if ctx["late"] is not None else " |"),
+              "|---|---|---|---|" + ("---|---|---|" if ctx["late"] is not None else "")]
+        rows = list(result["params"]["seeds"]) + ["mean"]
+        for i, s in enumerate(rows):
+            def cell(a):
+                return _f(np.mean(a)) if s == "mean" else _f(a[i])
+            line = (f"| {s} | {cell(result['s1']['values']['reference'])} | "
+                    f"{cell(result['s1']['values']['candidate'])} | {cell(ctx['s1'])}")
+            if ctx["late"] is not None:
+                line += (f" | {cell(result['late']['values']['reference'])} | "
+                         f"{cell(result['late']['values']['candidate'])} | {cell(ctx['late'])}")
+            L.append(line + " |")
     if "gate" in result:
         from dreamer_parity.analysis import gate
         L += ["", "### The gate (pre-registered in params.yaml `gate.*`)", ""]
