@@ -8,11 +8,14 @@ Modules (one job each):
 ``stats``        S1, S2, LATE, the decision rule, Welch, bootstrap, power, concordance,
                  the round-3 reading, training-metric windows
 ``checks``       completion, config, provenance, schedule, episodes, flush/tail checks
+``additions``    labelled additions, never the gate: TOST equivalence, rliable IQM / mean /
+                 probability of improvement / performance profiles, collapse flags
 ``metrics_out``  ``summary.json`` (flat keys, null + reason) and the plot CSVs
 ``plots``        the PNG figures (matplotlib, Agg)
 ``report``       ``results/report.md``
 ``gate``         the round's gate from params (``gate.*``), against a reference that ran
                  or a published one
 ``compare``      :func:`compare.analyse` and the CLI of the DVC stage
+``plots_diff``   two revisions' evaluation curves on one axis, offline (vl-convert)
 ``synthetic``    consistent synthetic runs for tests and the benchmark
 """
