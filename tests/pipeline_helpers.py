@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+ROUND1_PARAMS = REPO / "tests" / "fixtures" / "params_round1.yaml"
 VENV_BIN = REPO / ".venv" / "bin"
 
 
@@ -64,6 +65,8 @@ def make_clone(tmp: Path, overlay: dict[str, str] | None = None) -> Path:
 
     Returns:
       The clone's root (data/published comes with the working tree: it is git-tracked).
+      It has no dvc.lock, store/ or results/, and params.yaml holds round 1
+      (tests/fixtures/params_round1.yaml).
     """
     tmp = Path(tmp)
     dest = tmp / "main"
@@ -71,9 +74,14 @@ def make_clone(tmp: Path, overlay: dict[str, str] | None = None) -> Path:
                            stdout=subprocess.PIPE, check=True).stdout.decode().split("\0")
     for f in files:
         src = REPO / f
+        # a new repository: no committed round (dvc.lock, store/, results/), and round 1's
+        # parameters (both sides run) in params.yaml
+        if f == "dvc.lock" or f.startswith(("store/", "results/")):
+            continue
         if f and src.is_file():
             (dest / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / f)
+    shutil.copy2(ROUND1_PARAMS, dest / "params.yaml")
     for rel, text in (overlay or {}).items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_text(text)
