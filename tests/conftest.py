@@ -16,6 +16,8 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_cache))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # the candidate's exported-program store (candidate/program_store.py), apart from the user's
 os.environ.setdefault("DREAMER_PARITY_PROGRAMS", str(_cache.parent / "programs-tests"))
+# candidate checkpoints of the tests' runs, apart from the user's (candidate/checkpoint.py)
+os.environ.setdefault("DREAMER_PARITY_WORK_DIR", str(_cache.parent / "candidate-runs-tests"))
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO / "data" / "published"
