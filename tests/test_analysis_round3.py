@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from dreamer_parity.analysis import compare
+from dreamer_parity.analysis import compare, report
 from dreamer_parity.params import validate
 
 ROUND3 = {"round": "round3-candidate", "decode": "exact", "seeds": [0, 1, 2, 3, 4],
@@ -79,3 +79,40 @@ def test_study_candidate_is_context_and_gate_fails_on_late(round3, published_dir
     # a records-layout reference has no study candidate beside it
     assert compare.study_candidate(validate(ROUND3), {"layout": "records", "dir": "x"},
                                    res["points"]) is None
+
+
+def test_study_candidate_curve_in_plot_data_and_report(round3):
+    _, res = round3
+    from dreamer_parity.analysis import metrics_out
+    frame = metrics_out.eval_curve_frame(res)
+    assert sorted(frame["side"].unique()) == ["candidate", "reference", "study_candidate"]
+    study = frame[frame["side"] == "study_candidate"].pivot(index="seed", columns="rows",
+                                                             values="eval_mean")
+    np.testing.assert_array_equal(study.to_numpy(), res["context"]["eval"])
+    # ajax is both the candidate and the context side here: the same curve
+    np.testing.assert_array_equal(res["context"]["eval"], res["eval"]["candidate"])
+    table = report._curve_table(res, "eval")
+    assert table[0].endswith("| study cand s4 | study cand mean |")
+    assert table[-1].startswith("| 24000 |")
+
+
+def test_plain_words_from_the_numbers(published_dir):
+    d = published_dir / "round3"
+    params = validate({**ROUND3, "gate": {"statistic": "late", "learns": True,
+                                          "welch_p_min": 0.05}})
+    res = compare.analyse(params, d, d / "ajax")
+    text = "\n".join(report.plain_words(res))
+    assert "candidate mean **265.4** (seeds 198.3 to 321.1)" in text
+    assert "reference mean **312.7** (seeds 270.3 to 346.7)" in text
+    assert "Welch p 0.122, with 5 candidate and 5 reference seeds" in text
+    assert "**The pre-registered gate failed** on: learns." in text
+    assert "lowest 270.3, short by 4.9" in text
+    assert "is [-98.2, 3.7] return" in text and "the largest 98.2 return (31% of" in text
+    assert "+-31.3 (10%) is **not shown**; about 32 seeds per side" in text
+    assert "**H2 or noise**" in text
+    # a gate that passes says so, and nothing about a failure
+    passing = validate({**ROUND3, "gate": {"statistic": "late", "welch_p_min": 0.05}})
+    text = "\n".join(report.plain_words(
+        compare.analyse(passing, d, d / "ajax")))
+    assert "**The pre-registered gate passed**: every part held (welch_p)." in text
+    assert "failed" not in text

@@ -140,7 +140,8 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
 
     Returns:
       None when there is no such side; else ``{"dir", "s1": float64 [n_seeds],
-      "late": float64 [n_seeds] | None}`` (return units, seed order of ``params``).
+      "late": float64 [n_seeds] | None, "eval": float64 [n_seeds, n_points]}`` (return
+      units, seed order of ``params``; ``eval`` under the round's ``failed_rule``).
 
     Raises:
       AnalysisError: its files are malformed or its evaluation rows are not the round's.
@@ -156,7 +157,7 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
     rule = st["failed_rule"]
     late = stats.late_values(runs, points, st["late_rows"], rule) if st["late_rows"] else None
     return {"dir": display_path(d), "s1": stats.s1_values(runs, st["s1_rows"], rule),
-            "late": late}
+            "late": late, "eval": stats.eval_matrix(runs, points, rule)}
 
 
 def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None,

@@ -219,13 +219,19 @@ def write_summary(result: dict, path) -> dict:
 
 
 def eval_curve_frame(result: dict) -> pd.DataFrame:
-    """One row per (side, seed, evaluation point): ``rows, side, seed, eval_mean, s2``."""
+    """One row per (side, seed, evaluation point): ``rows, side, seed, eval_mean, s2``.
+
+    Sides ``reference`` and ``candidate``, plus ``study_candidate`` (the published study's
+    own candidate, context only; S2 not published) when the result has one.
+    """
     pts = result["points"]
     seeds = result["params"]["seeds"]
+    mats = {side: (result["eval"][side], result["s2"].get("curve", {}).get(side))
+            for side in ("reference", "candidate")}
+    if result.get("context") is not None and result["context"].get("eval") is not None:
+        mats["study_candidate"] = (result["context"]["eval"], None)
     frames = []
-    for side in ("reference", "candidate"):
-        mat = result["eval"][side]
-        s2 = result["s2"].get("curve", {}).get(side)
+    for side, (mat, s2) in mats.items():
         for i, s in enumerate(seeds):
             frames.append(pd.DataFrame({
                 "rows": pts, "side": side, "seed": s, "eval_mean": mat[i],

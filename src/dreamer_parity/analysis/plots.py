@@ -1,7 +1,8 @@
 """Figures of a round (matplotlib, Agg backend), written atomically as PNG.
 
 * ``eval_curves.png``: evaluation mean return per seed (thin) and mean over seeds
-  (thick) per side, against rows; the S1 rows and the LATE range marked.
+  (thick) per side, against rows; the S1 rows and the LATE range marked; the published
+  study's own candidate, when the reference side holds one, as a dashed mean (context).
 * ``s2_curve.png``: S2 (training-episode rolling mean) per side, mean with the seed
   [min, max] band; a labelled placeholder when S2 is not available.
 * ``entropy_windows.png``: actor entropy ``ent/action/mean`` window means with the seed
@@ -25,7 +26,7 @@ from dreamer_parity.analysis import stats  # noqa: E402
 
 __all__ = ["write_figures", "COLORS"]
 
-COLORS = {"reference": "tab:blue", "candidate": "tab:orange"}
+COLORS = {"reference": "tab:blue", "candidate": "tab:orange", "study_candidate": "tab:green"}
 
 
 def _save(fig, path: Path) -> None:
@@ -55,6 +56,11 @@ def _eval_curves(result: dict, path: Path) -> None:
                     label=f"{side} seeds" if i == 0 else None)
         ax.plot(pts, mat.mean(axis=0), color=COLORS[side], lw=2.2, marker="o", ms=3,
                 label=f"{side} mean over {mat.shape[0]} seeds")
+    ctx = result.get("context")
+    if ctx is not None and ctx.get("eval") is not None:   # context only: its mean, dashed
+        mat = ctx["eval"]
+        ax.plot(pts, mat.mean(axis=0), color=COLORS["study_candidate"], lw=1.6, ls="--",
+                label=f"the study's candidate, mean over {mat.shape[0]} seeds (context)")
     for r in p["stats"]["s1_rows"]:
         ax.axvline(r, color="grey", lw=0.6, ls=":")
     if p["stats"]["late_rows"]:

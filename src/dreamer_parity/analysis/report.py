@@ -21,7 +21,7 @@ import pandas as pd
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.metrics_out import atomic_text
 
-__all__ = ["render", "write_report", "known_differences"]
+__all__ = ["render", "write_report", "known_differences", "plain_words"]
 
 
 def _f(x, digits: int = 1) -> str:
@@ -33,6 +33,10 @@ def _f(x, digits: int = 1) -> str:
     if not np.isfinite(x):
         return "n/a"
     return f"{x:.{digits}f}"
+
+
+def _p(x) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.3g}"
 
 
 def _g(x) -> str:
@@ -133,17 +137,95 @@ def _additions(result: dict) -> list[str]:
 def _curve_table(result: dict, key: str) -> list[str]:
     seeds = result["params"]["seeds"]
     pts = result["points"]
-    mats = result["eval"] if key == "eval" else result["s2"]["curve"]
-    head = ["rows"] + [f"ref s{s}" for s in seeds] + ["ref mean"] + [f"cand s{s}" for s in seeds] + ["cand mean"]
+    mats = dict(result["eval"] if key == "eval" else result["s2"]["curve"])
+    short = {"reference": "ref", "candidate": "cand", "study_candidate": "study cand"}
+    ctx = result.get("context")
+    if key == "eval" and ctx is not None and ctx.get("eval") is not None:
+        mats["study_candidate"] = ctx["eval"]
+    head = ["rows"]
+    for side in mats:
+        head += [f"{short[side]} s{s}" for s in seeds] + [f"{short[side]} mean"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for j, r in enumerate(pts):
         cells = [str(r)]
-        for side in ("reference", "candidate"):
+        for side in mats:
             col = mats[side][:, j]
             cells += [_f(v) for v in col]
             cells.append(_f(col.mean()) if np.isfinite(col).all() else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def plain_words(result: dict) -> list[str]:
+    """The section "What this round shows, and what it cannot", written from the numbers.
+
+    Reads the gate (``result["gate"]``), the decision on the gate's statistic (else the
+    primary statistic of the additions), Welch's test, the TOST addition and the
+    concordance reading; every number in the text comes from ``result``.
+    """
+    p = result["params"]
+    n_c, n_r = len(result["sides"]["candidate"]["runs"]), len(result["sides"]["reference"]["runs"])
+    g = result.get("gate") or {}
+    add = result.get("additions")
+    stat = g.get("statistic") or (add["primary"].lower() if add else "s1")
+    sec = result.get(stat) or {}
+    dec = sec.get("decision")
+    L = ["## What this round shows, and what it cannot", ""]
+    if dec is None or dec["A"] is None:
+        return L + [f"No statistic could be decided: {(dec or {}).get('reason') or sec.get('reason')}."]
+    name = stat.upper()
+    what = (f"mean evaluation return over rows [{sec['rows'][0]}, {sec['rows'][1]}]"
+            if stat == "late" else f"mean evaluation return at rows {p['stats']['s1_rows']}")
+    ref_vals = np.asarray(sec["values"]["reference"], dtype=np.float64)
+    cand_vals = np.asarray(sec["values"]["candidate"], dtype=np.float64)
+    L.append(f"* **{name}** ({what}) per seed: candidate mean **{_f(dec['A'])}** (seeds "
+             f"{_f(cand_vals.min())} to {_f(cand_vals.max())}), reference mean "
+             f"**{_f(ref_vals.mean())}** (seeds {_f(dec['lo'])} to {_f(dec['hi'])}); "
+             f"difference {_f(dec['diff'])}, Welch p {_p(dec['welch']['p'])}, with {n_c} "
+             f"candidate and {n_r} reference seeds.")
+    ctx = result.get("context")
+    if ctx is not None and ctx.get(stat) is not None:
+        L.append(f"* For context, the study's own candidate on the same protocol: mean "
+                 f"{_f(np.mean(ctx[stat]))} (never gated).")
+    if g.get("pass") is True:
+        L.append("* **The pre-registered gate passed**: every part held "
+                 f"({', '.join(g['parts'])}). The candidate learns CartPole under this "
+                 "protocol at least as well as the weakest reference seed, and these seeds show "
+                 "no difference between the sides at the 5% level.")
+    elif g.get("pass") is False:
+        failed = [k for k, v in g["parts"].items() if v["ok"] is False]
+        L.append(f"* **The pre-registered gate failed** on: {', '.join(failed)}. "
+                 + (f"The candidate's mean {_f(dec['A'])} is below every reference seed's "
+                    f"value (lowest {_f(dec['lo'])}, short by {_f(dec['lo'] - dec['A'])}). "
+                    if "learns" in failed else "")
+                 + (f"Welch's test puts the difference below p = {g['parts']['welch_p']['bar']}. "
+                    if "welch_p" in failed else ""))
+    elif not g.get("statistic"):
+        L.append("* This round pre-registers no gate (`gate.statistic: none`).")
+    else:
+        L.append(f"* The gate was not decided: {g.get('reason')}.")
+    if add is not None and add["tost"]["ci_lo"] is not None:
+        t = add["tost"]
+        L.append(f"* **What {n_c} against {n_r} seeds cannot show**: a p-value above 0.05 is "
+                 "not evidence that the two sides are the same. The 90% interval of the "
+                 f"difference of {add['primary']} (candidate - reference) is [{_f(t['ci_lo'])}, "
+                 f"{_f(t['ci_hi'])}] return: the data are compatible with true differences "
+                 f"anywhere in it, the largest {_f(t['min_margin'])} return "
+                 f"({_f(100 * t['min_margin_frac'] if t['min_margin_frac'] is not None else None, 0)}% "
+                 f"of the reference mean). Equivalence within the "
+                 f"pre-registered margin of +-{_f(t['margin'])} ({_f(100 * t['margin_frac'], 0)}%) "
+                 f"is **{t['verdict']}**"
+                 + (f"; about {t['seeds_needed']} seeds per side would be needed to show it if "
+                    "the true difference were 0." if t["seeds_needed"] is not None else "."))
+    r = result.get("reading") or {}
+    if r.get("reading"):
+        L.append(f"* The concordance reading (PREREG3) is **{r['reading']}**: "
+                 + {"H2 or noise": "with a replay sampler seeded per run, the reference shows "
+                    "no end-of-run jump (H1) and no significant lead over the candidate (H3); "
+                    "the 20,000-row concordance of stock reference runs is then put down to "
+                    "their shared replay seed (H2) or to seed noise, which this design cannot "
+                    "tell apart."}.get(r["reading"], "see the Concordance section for its parts."))
+    return L
 
 
 def _window_table(t, metric: str, digits: int = 4) -> list[str]:
@@ -196,6 +278,7 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     for k, v in st.items():
         L.append(f"| stats.{k} | {v} |")
 
+    L += [""] + plain_words(result)
     L += ["", "## Pre-registered decision", "",
           f"Rule (PROTOCOL.md 5.2): A = mean over candidate seeds, [lo, hi] = [min, max] over "
           f"reference seeds; LEARNS = A >= lo; WITHIN_RANGE = lo <= A <= hi; Welch's two-sided "
