@@ -121,6 +121,9 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]
                            for s, runs in (("reference", ref), ("candidate", cand))}
     out["context"] = study_candidate(params, sides["reference"], points)
+    # diagnosis: each side's training metrics against the study's published windows
+    from dreamer_parity.analysis import published_windows
+    out["published_windows"] = published_windows.for_sides(sides, params["rows"])
     # the round's gate (params gate.*, its pre-registration) and the versions the runs imported
     from dreamer_parity.analysis import gate as gate_mod
     out["gate"] = gate_mod.evaluate(params, out)

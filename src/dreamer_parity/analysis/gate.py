@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamer_parity.analysis import published_tables, stats
-from dreamer_parity.analysis.load import AnalysisError, Run
+from dreamer_parity.analysis.load import Run
 
 __all__ = ["PUBLISHED_REPORTS", "run_entropy", "seed_range", "ranges_overlap",
            "reference_entropy_range", "evaluate", "flat_keys", "report_lines"]

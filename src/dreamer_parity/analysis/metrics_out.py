@@ -119,6 +119,9 @@ def summary(result: dict) -> dict:
         out[f"concordance.{side}.rate"] = _num(rate)
     if c["reason"]:
         out["concordance.rate.reason"] = c["reason"]
+    if result.get("published_windows") is not None:
+        from dreamer_parity.analysis import published_windows
+        out.update(published_windows.summary_keys(result["published_windows"]))
     r = result["reading"]
     for key in ("H1", "H3", "candidate_better", "reading"):
         out[f"concordance.{key}"] = r[key]

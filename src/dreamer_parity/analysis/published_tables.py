@@ -41,7 +41,7 @@ import pandas as pd
 from dreamer_parity.analysis.load import AnalysisError, display_path
 
 __all__ = ["REPORTS", "TABLE_FILE", "extract", "write_table", "read_table", "curve_table",
-           "window_range"]
+           "window_range", "window_cells"]
 
 #: The study's reports that hold numbers the analysis reads (relative to its published dir).
 REPORTS = ("round1/compare.md", "round2/pairE/compare.md", "round2/pairR/compare.md")
@@ -182,16 +182,47 @@ def window_range(table_csv, source: str, rows: int, metric: str,
     cell = sec[(sec["row"] == metric) & (sec["column"] == column)]
     if cell.empty:
         raise AnalysisError(f"{name}: {source} section {heading!r} has no row {metric!r}")
-    text, csv_line = cell["value"].iloc[0], int(cell["csv_line"].iloc[0])
+    return _range_cell(name, cell.iloc[0])
+
+
+def _range_cell(name: str, cell) -> dict:
+    """Parse one ``mean [min, max]`` cell (a row of :func:`read_table`)."""
+    text, csv_line = cell["value"], int(cell["csv_line"])
     m = _RANGE_CELL.match(text)
     try:
         vals = {k: float(m.group(k)) for k in ("mean", "lo", "hi")} if m else None
     except ValueError:
         vals = None
     if vals is None or not all(np.isfinite(v) for v in vals.values()) or vals["lo"] > vals["hi"]:
-        raise AnalysisError(f"{name}:{csv_line}: {metric} {column!r}: expected "
+        raise AnalysisError(f"{name}:{csv_line}: {cell['row']} {cell['column']!r}: expected "
                             f"'mean [min, max]' with finite numbers, got {text!r}")
-    return {**vals, "line": int(cell["line"].iloc[0]), "csv_line": csv_line}
+    return {**vals, "line": int(cell["line"]), "csv_line": csv_line}
+
+
+def window_cells(table_csv, source: str, column: str) -> pd.DataFrame:
+    """Every ``mean [min, max]`` cell of ``column`` in the window tables of ``source``.
+
+    Returns a DataFrame with ``metric, rows, mean, lo, hi, line, csv_line`` (``line``: the
+    cell's line in the report), sorted by metric and rows.
+
+    Raises:
+      AnalysisError: the report has no window tables with that column, or a cell is
+        malformed (names the CSV and its line).
+    """
+    name = display_path(table_csv)
+    df = read_table(table_csv)
+    sec = df[(df["source"] == source) & df["section"].str.startswith(WINDOW_SECTION[:20])
+             & (df["column"] == column)]
+    if sec.empty:
+        raise AnalysisError(f"{name}: {source} has no window tables with column {column!r}")
+    recs = []
+    for _, cell in sec.iterrows():
+        rows = cell["section"][len(WINDOW_SECTION[:20]):].split()[0]
+        if not rows.isdigit():
+            raise AnalysisError(f"{name}:{cell['csv_line']}: section {cell['section']!r} "
+                                "names no row count")
+        recs.append({"metric": cell["row"], "rows": int(rows), **_range_cell(name, cell)})
+    return pd.DataFrame(recs).sort_values(["metric", "rows"], ignore_index=True)
 
 
 def main(argv=None) -> int:

@@ -405,6 +405,16 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
         L += ["</details>"]
     else:
         L.append(f"n/a: {result['windows']['reason']}")
+    pw = result.get("published_windows")
+    if pw is not None:
+        from dreamer_parity.analysis import published_windows
+        L += ["", "## Training metrics against the study's published windows (diagnosis)", "",
+              "Each side that logs training metrics, put on the 2,000-row windows of the study's "
+              "round-1 and round-2 reports (window mean = the records' means weighted by their "
+              "updates) and held against the published reference seeds' [min, max]. Those runs "
+              "followed their own round's protocol; not part of any decision."]
+        L += (published_windows.report_lines(pw["tables"]) if pw["reason"] is None
+              else ["", f"n/a: {pw['reason']}"])
     if figure_links:
         L += ["", "## Figures", ""]
         L += [f"![{name}]({link})" for name, link in figure_links.items()]

@@ -1,0 +1,213 @@
+"""A side's training metrics against the training-metric windows the study published.
+
+The study's round-1 and round-2 reports give, for windows of 2,000 rows ending at 2,000 ...
+20,000 rows, every training metric's ``mean [min, max]`` over the seeds of its reference
+runs and of its own candidate (``data/published/tables.csv``; the reports are
+:data:`dreamer_parity.analysis.gate.PUBLISHED_REPORTS`).  This module puts a side's runs
+on the same windows and says, per metric and window, whether its seeds fall inside the
+published seed range.  It is a diagnosis (PROTOCOL.md 5.4 compares windows the same way),
+never part of a decision or a gate: the published runs followed their round's protocol,
+which may differ from the round being analysed in ways that move some metrics.
+
+Window means: a run's record at row ``r`` holds the mean of each metric over the updates
+since its previous record (records.py ``train``).  A window ``(a, b]`` of the published
+width is the mean of the records with ``a < r <= b``, weighted by the number of updates
+each record covers; records with a null value are left out with their weight.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dreamer_parity.analysis import published_tables
+from dreamer_parity.analysis.load import AnalysisError, Run
+from dreamer_parity.provenance import REPO_ROOT
+
+__all__ = ["COLUMNS", "TABLE_CSV", "window_means", "against_published", "for_sides",
+           "summarise", "summary_keys", "report_lines"]
+
+#: The committed published tables (data/published/README.md).
+TABLE_CSV = REPO_ROOT / "data" / "published" / published_tables.TABLE_FILE
+
+#: The published table's column per role: the study's reference runs, its own candidate.
+COLUMNS = {"reference": "ref mean [min, max]", "study_candidate": "ajax mean [min, max]"}
+
+
+def window_means(runs: list[Run], ends: list[int]) -> dict[str, np.ndarray]:
+    """Each run's training-metric means over the windows ending at ``ends``.
+
+    Args:
+      runs: runs with training metrics (``Run.train``) and ``Run.evals`` (rows, updates).
+      ends: increasing window ends (rows); window k is ``(ends[k-1], ends[k]]``, the first
+        ``(ends[0] - (ends[1] - ends[0]), ends[0]]`` (equal widths).
+
+    Returns:
+      metric -> float64 ``[len(runs), len(ends)]``, NaN where a run has no finite value
+      in a window (or no such metric).  Metrics are the union over the runs.
+
+    Raises:
+      AnalysisError: ``ends`` has fewer than two entries or is not increasing with equal
+        steps, or a run has no training metrics.
+    """
+    ends = [int(e) for e in ends]
+    widths = np.diff(ends)
+    if len(ends) < 2 or (widths <= 0).any() or len(set(widths.tolist())) != 1:
+        raise AnalysisError(f"window ends must be >= 2 equally spaced increasing rows, got {ends}")
+    width = int(widths[0])
+    names = sorted({c for r in runs if r.train is not None for c in r.train.columns})
+    out = {m: np.full((len(runs), len(ends)), np.nan) for m in names}
+    for i, run in enumerate(runs):
+        if run.train is None:
+            raise AnalysisError(f"{run.label}: no training metrics "
+                                f"({run.unavailable.get('train', 'not in this layout')})")
+        ev = run.evals.set_index("rows")["updates"]
+        rows = np.asarray(sorted(run.train.index), dtype=np.int64)
+        upd = ev.reindex(rows).to_numpy(dtype=np.float64)
+        prev = np.concatenate([[0.0], upd[:-1]])
+        weight = upd - prev                     # updates each record's window covers
+        for k, end in enumerate(ends):
+            sel = (rows > end - width) & (rows <= end)
+            for m in names:
+                if m not in run.train.columns:
+                    continue
+                v = run.train.loc[rows[sel], m].to_numpy(dtype=np.float64)
+                w = weight[sel]
+                ok = np.isfinite(v) & np.isfinite(w) & (w > 0)
+                if ok.any():
+                    out[m][i, k] = float(np.sum(v[ok] * w[ok]) / np.sum(w[ok]))
+    return out
+
+
+def against_published(runs: list[Run], table_csv, source: str, column: str,
+                      max_rows: int | None = None) -> pd.DataFrame | None:
+    """A side's window means against one published column, per metric and window.
+
+    Args:
+      runs: the side's runs (with training metrics).
+      table_csv: ``data/published/tables.csv``.
+      source: the report, e.g. ``round1/compare.md``.
+      column: :data:`COLUMNS` value.
+      max_rows: windows ending after this row are left out (the round's last row).
+
+    Returns:
+      None when no window fits (the round is shorter than the first window), else a
+      DataFrame with ``metric, rows, mean, lo, hi, n`` (this side: mean and [min, max]
+      over its seeds with a finite value, n of them), ``published_mean, published_lo,
+      published_hi, line``, ``inside`` (every seed of this side inside the published
+      [min, max]; None when n is 0), ``overlap`` (the two ranges share a point).
+      Only metrics that both report.
+    """
+    pub = published_tables.window_cells(table_csv, source, column)
+    ends = sorted(int(r) for r in pub["rows"].unique()
+                  if max_rows is None or int(r) <= int(max_rows))
+    if len(ends) < 2:
+        return None
+    have = set().union(*[set(r.train.index) for r in runs])
+    if not all(e in have for e in ends):
+        ends = [e for e in ends if e in have]
+        if len(ends) < 2 or len(set(np.diff(ends).tolist())) != 1:
+            return None
+    means = window_means(runs, ends)
+    recs = []
+    for _, cell in pub[pub["rows"].isin(ends)].iterrows():
+        if cell["metric"] not in means:
+            continue
+        v = means[cell["metric"]][:, ends.index(int(cell["rows"]))]
+        v = v[np.isfinite(v)]
+        rec = {"metric": cell["metric"], "rows": int(cell["rows"]),
+               "mean": float(v.mean()) if len(v) else None,
+               "lo": float(v.min()) if len(v) else None,
+               "hi": float(v.max()) if len(v) else None, "n": int(len(v)),
+               "published_mean": cell["mean"], "published_lo": cell["lo"],
+               "published_hi": cell["hi"], "line": int(cell["line"])}
+        if len(v):
+            rec["inside"] = bool(v.min() >= cell["lo"] and v.max() <= cell["hi"])
+            rec["overlap"] = bool(max(v.min(), cell["lo"]) <= min(v.max(), cell["hi"]))
+        else:
+            rec["inside"] = rec["overlap"] = None
+        recs.append(rec)
+    return pd.DataFrame(recs) if recs else None
+
+
+def for_sides(sides: dict, max_rows: int, table_csv=TABLE_CSV) -> dict:
+    """Every side with training metrics against the study's published reference windows.
+
+    Args:
+      sides: ``{"reference" | "candidate": {"runs": [Run, ...], ...}}`` (``analyse``'s).
+      max_rows: the round's last row.
+      table_csv: the published tables (default :data:`TABLE_CSV`).
+
+    Returns:
+      ``{"tables": {(side, report, "reference"): DataFrame | None}, "reason": str | None}``
+      over the reports of :data:`dreamer_parity.analysis.gate.PUBLISHED_REPORTS`; sides
+      without training metrics (published runs) are left out; ``reason`` says why
+      nothing was compared when ``tables`` holds no table.
+    """
+    from dreamer_parity.analysis.gate import PUBLISHED_REPORTS
+
+    if not Path(table_csv).is_file():
+        return {"tables": {}, "reason": f"{published_tables.display_path(table_csv)} not found"}
+    tables = {}
+    for side, sd in sides.items():
+        if any(r.train is None for r in sd["runs"]):
+            continue
+        for report in PUBLISHED_REPORTS.values():
+            tables[(side, report, "reference")] = against_published(
+                sd["runs"], table_csv, report, COLUMNS["reference"], max_rows)
+    if not any(t is not None for t in tables.values()):
+        reason = ("no side has training metrics" if not tables else
+                  "the round ends before the published windows (2,000 rows) or its records "
+                  "do not fall on their ends")
+        return {"tables": tables, "reason": reason}
+    return {"tables": tables, "reason": None}
+
+
+def summary_keys(pw: dict) -> dict:
+    """Flat metrics: per (side, report) the windows compared, inside and apart."""
+    out = {}
+    for (side, report, _), t in pw["tables"].items():
+        if t is None:
+            continue
+        name = report.split("/compare.md")[0].replace("/", "_")
+        t = t[t["inside"].notna()]
+        key = f"published_windows.{side}.{name}"
+        out[f"{key}.cells"] = int(len(t))
+        out[f"{key}.inside"] = int(t["inside"].astype(bool).sum())
+        out[f"{key}.apart"] = int((~t["overlap"].astype(bool)).sum())
+    return out
+
+
+def summarise(table: pd.DataFrame) -> pd.DataFrame:
+    """Per metric: windows compared, windows with every seed inside, windows whose ranges
+    overlap, and the rows of the windows without overlap."""
+    out = []
+    for m, g in table.groupby("metric", sort=True):
+        g = g[g["inside"].notna()]
+        out.append({"metric": m, "windows": int(len(g)),
+                    "inside": int(g["inside"].astype(bool).sum()),
+                    "overlap": int(g["overlap"].astype(bool).sum()),
+                    "apart_rows": [int(r) for r in g.loc[~g["overlap"].astype(bool), "rows"]]})
+    return pd.DataFrame(out)
+
+
+def report_lines(tables: dict, where: str = "data/published/tables.csv") -> list[str]:
+    """Report lines for ``{(side, source, column_role): table}`` (None tables skipped)."""
+    L = []
+    for (side, source, role), t in tables.items():
+        if t is None:
+            continue
+        s = summarise(t)
+        who = "reference runs" if role == "reference" else "own candidate"
+        L += ["", f"### {side} against the study's {who} in `{source}` ({where})", "",
+              f"Windows of {int(t['rows'].diff().dropna().min()) if len(t['rows'].unique()) > 1 else 'n/a'} "
+              f"rows ending at {sorted(t['rows'].unique().tolist())}. 'inside': every {side} "
+              "seed within the published [min, max]; 'apart': the two seed ranges do not "
+              "meet.", "",
+              "| metric | windows | inside | ranges meet | apart at rows |", "|---|---|---|---|---|"]
+        for _, r in s.iterrows():
+            L.append(f"| `{r['metric']}` | {r['windows']} | {r['inside']} | {r['overlap']} | "
+                     f"{', '.join(map(str, r['apart_rows'])) or '-'} |")
+    return L
