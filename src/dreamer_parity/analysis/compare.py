@@ -124,6 +124,9 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     # diagnosis: each side's training metrics against the study's published windows
     from dreamer_parity.analysis import published_windows
     out["published_windows"] = published_windows.for_sides(sides, params["rows"])
+    # a reference that ran, against the study's published reference runs on its grid
+    from dreamer_parity.analysis import reference_check
+    out["published_reference"] = reference_check.check(params, out)
     # the round's gate (params gate.*, its pre-registration) and the versions the runs imported
     from dreamer_parity.analysis import gate as gate_mod
     out["gate"] = gate_mod.evaluate(params, out)

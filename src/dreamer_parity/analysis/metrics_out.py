@@ -122,6 +122,8 @@ def summary(result: dict) -> dict:
     if result.get("published_windows") is not None:
         from dreamer_parity.analysis import published_windows
         out.update(published_windows.summary_keys(result["published_windows"]))
+    from dreamer_parity.analysis import reference_check
+    out.update(reference_check.summary_keys(result.get("published_reference")))
     r = result["reading"]
     for key in ("H1", "H3", "candidate_better", "reading"):
         out[f"concordance.{key}"] = r[key]

@@ -405,6 +405,8 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
         L += ["</details>"]
     else:
         L.append(f"n/a: {result['windows']['reason']}")
+    from dreamer_parity.analysis import reference_check
+    L += reference_check.report_lines(result.get("published_reference"))
     pw = result.get("published_windows")
     if pw is not None:
         from dreamer_parity.analysis import published_windows
