@@ -10,6 +10,10 @@ Modules (one job each):
 ``checks``       completion, config, provenance, schedule, episodes, flush/tail checks
 ``additions``    labelled additions, never the gate: TOST equivalence, rliable IQM / mean /
                  probability of improvement / performance profiles, collapse flags
+``published_windows`` diagnosis: a side's training metrics on the study's published
+                 2,000-row windows
+``reference_check`` diagnosis: a reference that ran against the study's published
+                 reference runs on the same evaluation grid
 ``metrics_out``  ``summary.json`` (flat keys, null + reason) and the plot CSVs
 ``plots``        the PNG figures (matplotlib, Agg)
 ``report``       ``results/report.md``
