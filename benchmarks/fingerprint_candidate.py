@@ -1,7 +1,7 @@
 """Fingerprint the candidate's numbers: one train step and the first evaluation points of a round.
 
-    python benchmarks/fingerprint_candidate.py [--params params.yaml] [--points 3]
-                                               [--records results]
+    python benchmarks/fingerprint_candidate.py [--params params.yaml] [--seeds 0]
+                                               [--points 3] [--records results]
 
 Prints sha256 digests of
 
@@ -15,15 +15,22 @@ Prints sha256 digests of
    train-metric window means, return normaliser).
 
 With ``--records DIR`` it also compares (3) with the first lines of
-``DIR/candidate/s<seed>/records.jsonl`` of a finished run of the same params, so a commit's
-code can be checked against a committed round bit for bit.  Two commits whose digests
-agree compute the same numbers on this machine; the digests depend on the machine's XLA
-backend and the jax/jaxlib versions, so compare them only between runs on one machine.
+``DIR/candidate/s<seed>/records.jsonl`` of a finished run of the same params and names
+the first value that differs.  The digests depend on the machine's XLA backend and the
+jax/jaxlib versions, so compare them only between runs on one machine.
+
+Which digests are reproducible: one seed (one host device) gives the same digests run
+after run, so ``--seeds 0`` compares two commits' code bit for bit.  With several seeds
+on CPU each seed runs on its own host device and the devices share XLA's intra-op thread
+pool; some reductions are then split according to timing, and two runs of the same code
+differ by float32 rounding (at the round-3 parameters after 81 updates: 1 to 3 of 5
+seeds, in the return normaliser and in 18-33 of the training-metric means).  Several-seed
+digests are therefore only compared for the round's own records, with that caveat.
 
 The run's checkpoints and outputs go to a temporary directory; exported programs go to
 the usual program store (keyed, so runs of different code do not share them).  At the
-round-3 parameters with 3 points (81 updates per seed, 5 seeds) this takes about 4 minutes
-on 2 idle cores, most of it compiling.
+round-3 parameters with 3 points (81 updates per seed) this takes about 3 minutes with 5
+seeds and about 1.5 minutes with ``--seeds 0`` on 2 idle cores, most of it compiling.
 
 Exit status: 0, or 1 when ``--records`` was given and a record differs.
 """
@@ -63,6 +70,25 @@ def digest_lines(lines) -> str:
                                   for x in lines).encode()).hexdigest()
 
 
+def first_difference(a, b, path=""):
+    """The first place where two JSON-like values differ: ``(path, a, b)``, or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return (f"{path}.{k}", a.get(k, "<absent>"), b.get(k, "<absent>"))
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    return None if a == b else (path or ".", a, b)
+
+
 def train_step_digest(params: dict) -> str:
     """Digest of one train step at the round's agent config (see the module docstring)."""
     import jax
@@ -100,6 +126,8 @@ def run_digests(params: dict, points: int, tmp: Path) -> tuple[str, dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--params", default=str(REPO / "params.yaml"))
+    ap.add_argument("--seeds", type=int, nargs="+", default=None,
+                    help="run these seeds instead of the params' (one seed: reproducible digests)")
     ap.add_argument("--points", type=int, default=3, help="evaluation points to run (>= 1)")
     ap.add_argument("--records", default=None,
                     help="results root of a finished run to compare the records with")
@@ -107,6 +135,8 @@ def main(argv=None) -> int:
     if a.points < 1:
         ap.error("--points must be >= 1")
     params = paramslib.load(a.params)
+    if a.seeds is not None:
+        params = paramslib.validate({**params, "seeds": a.seeds})
     n_points = len(paramslib.eval_points(params))
     if a.points > n_points:
         ap.error(f"--points {a.points}: the round has {n_points} evaluation points")
@@ -129,6 +159,12 @@ def main(argv=None) -> int:
         if a.records:
             same = mine == committed[s]
             line += "  identical to the committed records" if same else "  DIFFERENT from the committed records"
+            if not same:
+                where, x, y = first_difference(mine, committed[s], "records")
+                n = sum(1 for i in range(len(mine)) for k in set(mine[i]["train"]) |
+                        set(committed[s][i]["train"])
+                        if mine[i]["train"].get(k) != committed[s][i]["train"].get(k))
+                line += f" (first at {where}: {x!r} here, {y!r} there; {n} train values differ)"
             status |= not same
         print(line)
     return status
