@@ -57,6 +57,21 @@ def test_git_state_clean_and_dirty(tree):
     assert prov.git_state(tree / "src", paths=["src"]) == {"commit": _head(tree), "dirty": True}
 
 
+def test_round_files_do_not_make_the_code_dirty(tree):
+    (tree / "params.yaml").write_text("seeds: [0]\n")
+    (tree / "results").mkdir()
+    (tree / "results" / "r.txt").write_text("r\n")
+    _git("add", ".", cwd=tree)
+    _git("commit", "-q", "-m", "two", cwd=tree)
+    (tree / "params.yaml").write_text("seeds: [1]\n")          # as dvc exp run -S does
+    (tree / "results" / "r.txt").write_text("changed\n")
+    st = prov.git_state(tree / "src", exclude=prov.ROUND_FILES)
+    assert st == {"commit": _head(tree), "dirty": False}
+    assert prov.git_state(tree)["dirty"] is True                  # without the exclusion
+    (tree / "notes.txt").write_text("changed\n")
+    assert prov.git_state(tree / "src", exclude=prov.ROUND_FILES)["dirty"] is True
+
+
 def test_git_state_outside_a_tree(tmp_path):
     d = tmp_path / "plain"
     d.mkdir()
@@ -104,7 +119,7 @@ def test_collect_has_no_path_or_host(tree):
 
 def test_collect_records_this_repository():
     st = prov.collect(modules=())["repo"]
-    assert st == prov.git_state(REPO)
+    assert st == prov.git_state(REPO, exclude=prov.ROUND_FILES)
     assert st["commit"] == _head(REPO)
 
 

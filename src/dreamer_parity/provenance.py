@@ -114,13 +114,20 @@ def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=No
     return {"checked": True, "override": False, "versions": installed}
 
 
-def git_state(directory, paths: list[str] | None = None) -> dict:
+#: Files of this repository that a round or ``dvc exp run -S`` rewrites; their state is
+#: recorded elsewhere (run.json holds the parameters, dvc.lock the outputs), so they do not
+#: make the code dirty.
+ROUND_FILES = ("params.yaml", "dvc.lock", "metrics", "results", "store")
+
+
+def git_state(directory, paths: list[str] | None = None, exclude=()) -> dict:
     """Commit and dirty flag of the git tree holding ``directory``.
 
     Args:
       directory: any directory inside the tree.
       paths: restrict the dirty check to these paths, relative to the tree's top
         (e.g. ``["src"]``), wherever ``directory`` lies in the tree.
+      exclude: paths (relative to the tree's top) whose changes do not count.
 
     Returns:
       ``{"commit": str | None, "dirty": bool | None}``; None values when ``directory`` is
@@ -132,7 +139,8 @@ def git_state(directory, paths: list[str] | None = None) -> dict:
             text=True, check=True).stdout.strip()
         status = subprocess.run(
             ["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no", "--",
-             *(f":(top){p}" for p in paths or [])], capture_output=True, text=True,
+             *(f":(top){p}" for p in paths or ([""] if exclude else [])),
+             *(f":(top,exclude){p}" for p in exclude)], capture_output=True, text=True,
             check=True).stdout
         return {"commit": commit, "dirty": bool(status.strip())}
     except (OSError, subprocess.CalledProcessError):
@@ -178,7 +186,7 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
       passed in this process (or its launcher's did, ``$DREAMER_PARITY_VERSIONS_CHECKED``);
       ``versions_override``: ``$DREAMER_PARITY_ALLOW_VERSIONS=1``.
     """
-    out = {"repo": git_state(REPO_ROOT)}
+    out = {"repo": git_state(REPO_ROOT, exclude=ROUND_FILES)}
     for name, tree in (extra_trees or {}).items():
         out[name] = git_state(tree)
     versions = {}
