@@ -35,6 +35,9 @@ def test_window_means_weight_records_by_their_updates(tmp_path):
     assert means["y"][1, 0] == 1.0
     with pytest.raises(AnalysisError, match="equally spaced"):
         published_windows.window_means(runs, [2000, 4000, 8000])
+    # an explicit width: (16000, 20000] and (18000, 20000]
+    assert published_windows.window_means(runs, [20000], 4000)["x"][0, 0] == 18200.0
+    assert published_windows.window_means(runs, [20000], 2000)["x"][0, 0] == 19200.0
 
 
 def test_against_the_round1_reference_windows(tmp_path):
@@ -64,6 +67,20 @@ def test_against_the_round1_reference_windows(tmp_path):
                                                 published_windows.TABLE_CSV, ROUND1,
                                                 published_windows.COLUMNS["reference"], 6000)
     assert sorted(short["rows"].unique()) == [2000, 4000, 6000]
+    assert set(short["window_rows"]) == {2000}
+
+
+@pytest.mark.parametrize("eval_every,rows,ends", [(4000, 20000, None), (2000, 2000, [2000])])
+def test_only_windows_the_records_cover(tmp_path, eval_every, rows, ends):
+    params = validate({"round": "w", "seeds": [0], "rows": rows, "eval_every": eval_every,
+                       "stats": {"s1_rows": [rows], "concordance_rows": [rows],
+                                 "concordance_range": [0, rows]}})
+    synthetic.write_run(tmp_path, "candidate", 0, params)
+    runs = load_side(tmp_path, "candidate", [0])
+    t = published_windows.against_published(runs, published_windows.TABLE_CSV, ROUND1,
+                                            published_windows.COLUMNS["reference"], rows)
+    # records every 4,000 rows cannot make a 2,000-row window; one record at 2,000 can
+    assert (t is None) if ends is None else (sorted(t["rows"].unique()) == ends)
 
 
 def test_malformed_published_cell_names_the_csv_line(tmp_path):
@@ -91,8 +108,10 @@ def test_compare_reports_the_windows_for_sides_with_training_metrics(tmp_path):
     t = pw["tables"][("candidate", ROUND1, "reference")]
     assert s["published_windows.candidate.round1.cells"] == len(t) > 0
     assert s["published_windows.candidate.round1.inside"] == int(t["inside"].sum())
-    assert "### candidate against the study's reference runs in `round1/compare.md`" in \
-        report.render(res)
+    text = report.render(res)
+    assert "### candidate against the study's reference runs in `round1/compare.md`" in text
+    assert ("Windows of 2000 rows ending at [2000, 4000, 6000, 8000, 10000, 12000, 14000, "
+            "16000, 18000, 20000].") in text
     # a published reference (no training metrics) is left out, the candidate still compared
     r3 = validate({"round": "r3", "seeds": [0, 1, 2, 3, 4], "rows": 24000, "eval_every": 400,
                    "reference": {"decode": "exact", "sampler": "per_run",

@@ -81,6 +81,24 @@ def test_summary_and_report(checked):
     assert "| updates at the last point | 9481 | 9481 | equal at every point |" in text
 
 
+def test_counts_that_differ_are_named(checked):
+    params, res = checked
+    run = res["sides"]["reference"]["runs"][0]
+    run.evals.loc[run.evals["rows"] == 4000, "updates"] = 1480
+    run.timing["flush_episodes"] = 3
+    try:
+        e = reference_check.check(params, res)["rounds"][0]
+    finally:
+        run.evals.loc[run.evals["rows"] == 4000, "updates"] = 1481
+        run.timing["flush_episodes"] = 0
+    assert e["updates"]["equal"] is False
+    assert e["updates"]["mismatches"] == ["seed 0 rows 4000: 1480 vs 1481"]
+    assert e["flush_episodes"] == {"ours": [3], "published": [0], "equal": False}
+    lines = "\n".join(reference_check.report_lines({"rounds": [e], "reason": None, "seeds": [0]}))
+    assert "DIFFER: seed 0 rows 4000: 1480 vs 1481" in lines
+    assert "| episodes of the flush step | 3 | 0 | DIFFER |" in lines
+
+
 def test_a_published_reference_or_another_grid_gives_no_check(tmp_path):
     d = PUB / "round1"
     params = _round1((0, 1, 2))

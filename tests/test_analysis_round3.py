@@ -114,5 +114,14 @@ def test_plain_words_from_the_numbers(published_dir):
     passing = validate({**ROUND3, "gate": {"statistic": "late", "welch_p_min": 0.05}})
     text = "\n".join(report.plain_words(
         compare.analyse(passing, d, d / "ajax")))
-    assert "**The pre-registered gate passed**: every part held (welch_p)." in text
-    assert "failed" not in text
+    assert ("**The pre-registered gate passed**: every part held: Welch's p 0.122 is at least "
+            "0.05, so these seeds show no difference between the sides at that level.") in text
+    assert "failed" not in text and "lowest reference seed" not in text   # LEARNS is False here
+    learns_only = validate({**ROUND3, "gate": {"statistic": "late", "learns": True}})
+    res = compare.analyse(learns_only, d, d / "ajax")
+    res["late"]["decision"]["LEARNS"] = True            # as if the candidate had reached 270.3
+    res["gate"]["parts"]["learns"]["ok"] = True
+    res["gate"]["pass"] = True
+    text = "\n".join(report.plain_words(res))
+    assert "the candidate's mean 265.4 is at least the lowest reference seed's 270.3" in text
+    assert "no difference" not in text                  # no Welch part: nothing said about p

@@ -69,7 +69,8 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
         layout = detect_layout(d, side)
         runs = load_side(d, side, seeds, layout)
         check_eval_rows(runs, points)
-        sides[side] = {"dir": display_path(d), "layout": layout, "runs": runs}
+        # "dir" is for messages and reports; "path" (never written out) for reading files
+        sides[side] = {"dir": display_path(d), "path": Path(d), "layout": layout, "runs": runs}
     ref, cand = sides["reference"]["runs"], sides["candidate"]["runs"]
     for key in ("s1_rows", "concordance_rows"):
         bad = [r for r in st[key] if r not in points]
@@ -154,7 +155,7 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
     """
     if reference_side["layout"] != "published":
         return None
-    d = Path(reference_side["dir"]) / "ajax"
+    d = Path(reference_side.get("path", reference_side["dir"])) / "ajax"
     seeds, st = params["seeds"], params["stats"]
     if not all((d / f"s{s}" / "evals.jsonl").is_file() for s in seeds):
         return None

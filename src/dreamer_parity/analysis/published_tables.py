@@ -165,6 +165,7 @@ def window_range(table_csv, source: str, rows: int, metric: str,
 
     Returns:
       ``{"mean", "lo", "hi"}`` (float, as printed; [min, max] over the study's seeds),
+      ``"half_unit"`` (half a unit of the last printed digit),
       ``"line"`` (int, the line of the cell in the report) and ``"csv_line"`` (int).
 
     Raises:
@@ -193,17 +194,24 @@ def _range_cell(name: str, cell) -> dict:
         vals = {k: float(m.group(k)) for k in ("mean", "lo", "hi")} if m else None
     except ValueError:
         vals = None
-    if vals is None or not all(np.isfinite(v) for v in vals.values()) or vals["lo"] > vals["hi"]:
+    if vals is None or not all(np.isfinite(v) for v in vals.values()) or \
+            not vals["lo"] <= vals["mean"] <= vals["hi"]:
         raise AnalysisError(f"{name}:{csv_line}: {cell['row']} {cell['column']!r}: expected "
-                            f"'mean [min, max]' with finite numbers, got {text!r}")
-    return {**vals, "line": int(cell["line"]), "csv_line": csv_line}
+                            f"'mean [min, max]' with finite numbers, min <= mean <= max, "
+                            f"got {text!r}")
+    decimals = max(len(m.group(k).partition(".")[2]) for k in ("mean", "lo", "hi"))
+    return {**vals, "half_unit": 0.5 * 10.0 ** -decimals, "line": int(cell["line"]),
+            "csv_line": csv_line}
 
 
 def window_cells(table_csv, source: str, column: str) -> pd.DataFrame:
     """Every ``mean [min, max]`` cell of ``column`` in the window tables of ``source``.
 
-    Returns a DataFrame with ``metric, rows, mean, lo, hi, line, csv_line`` (``line``: the
-    cell's line in the report), sorted by metric and rows.
+    Cells printed ``nan [nan, nan]`` (a metric the study's side did not log) are left out.
+
+    Returns a DataFrame with ``metric, rows, mean, lo, hi, half_unit, line, csv_line``
+    (``half_unit``: half a unit of the last printed digit; ``line``: the cell's line in the
+    report), sorted by metric and rows.
 
     Raises:
       AnalysisError: the report has no window tables with that column, or a cell is
@@ -217,7 +225,9 @@ def window_cells(table_csv, source: str, column: str) -> pd.DataFrame:
         raise AnalysisError(f"{name}: {source} has no window tables with column {column!r}")
     recs = []
     for _, cell in sec.iterrows():
-        rows = cell["section"][len(WINDOW_SECTION[:20]):].split()[0]
+        if cell["value"].strip() == "nan [nan, nan]":
+            continue
+        rows = (cell["section"][len(WINDOW_SECTION[:20]):].split() or [""])[0]
         if not rows.isdigit():
             raise AnalysisError(f"{name}:{cell['csv_line']}: section {cell['section']!r} "
                                 "names no row count")

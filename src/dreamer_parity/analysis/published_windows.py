@@ -32,31 +32,35 @@ __all__ = ["COLUMNS", "TABLE_CSV", "window_means", "against_published", "for_sid
 #: The committed published tables (data/published/README.md).
 TABLE_CSV = REPO_ROOT / "data" / "published" / published_tables.TABLE_FILE
 
-#: The published table's column per role: the study's reference runs, its own candidate.
-COLUMNS = {"reference": "ref mean [min, max]", "study_candidate": "ajax mean [min, max]"}
+#: The published tables' column of the study's reference runs.
+COLUMNS = {"reference": "ref mean [min, max]"}
 
 
-def window_means(runs: list[Run], ends: list[int]) -> dict[str, np.ndarray]:
-    """Each run's training-metric means over the windows ending at ``ends``.
+def window_means(runs: list[Run], ends: list[int], width: int | None = None) -> dict[str, np.ndarray]:
+    """Each run's training-metric means over the windows ``(end - width, end]``.
 
     Args:
       runs: runs with training metrics (``Run.train``) and ``Run.evals`` (rows, updates).
-      ends: increasing window ends (rows); window k is ``(ends[k-1], ends[k]]``, the first
-        ``(ends[0] - (ends[1] - ends[0]), ends[0]]`` (equal widths).
+      ends: increasing window ends (rows).
+      width: the window width in rows; None: the (equal) spacing of ``ends``.
 
     Returns:
       metric -> float64 ``[len(runs), len(ends)]``, NaN where a run has no finite value
       in a window (or no such metric).  Metrics are the union over the runs.
 
     Raises:
-      AnalysisError: ``ends`` has fewer than two entries or is not increasing with equal
-        steps, or a run has no training metrics.
+      AnalysisError: ``ends`` is not increasing, or ``width`` is None and ``ends`` has fewer
+        than two entries or unequal steps, or a run has no training metrics.
     """
     ends = [int(e) for e in ends]
-    widths = np.diff(ends)
-    if len(ends) < 2 or (widths <= 0).any() or len(set(widths.tolist())) != 1:
-        raise AnalysisError(f"window ends must be >= 2 equally spaced increasing rows, got {ends}")
-    width = int(widths[0])
+    steps = np.diff(ends)
+    if (steps <= 0).any():
+        raise AnalysisError(f"window ends must increase, got {ends}")
+    if width is None:
+        if len(ends) < 2 or len(set(steps.tolist())) != 1:
+            raise AnalysisError(f"window ends must be >= 2 equally spaced increasing rows, "
+                                f"got {ends}")
+        width = int(steps[0])
     names = sorted({c for r in runs if r.train is not None for c in r.train.columns})
     out = {m: np.full((len(runs), len(ends)), np.nan) for m in names}
     for i, run in enumerate(runs):
@@ -93,39 +97,41 @@ def against_published(runs: list[Run], table_csv, source: str, column: str,
       max_rows: windows ending after this row are left out (the round's last row).
 
     Returns:
-      None when no window fits (the round is shorter than the first window), else a
-      DataFrame with ``metric, rows, mean, lo, hi, n`` (this side: mean and [min, max]
-      over its seeds with a finite value, n of them), ``published_mean, published_lo,
-      published_hi, line``, ``inside`` (every seed of this side inside the published
-      [min, max]; None when n is 0), ``overlap`` (the two ranges share a point).
+      None when no published window fits the runs (the round ends before the first
+      window, or its records do not fall on both ends of any window), else a DataFrame
+      with ``metric, rows, window_rows`` (the published width), ``mean, lo, hi, n`` (this
+      side: mean and [min, max] over its seeds with a finite value, n of them),
+      ``published_mean, published_lo, published_hi, line``, ``inside`` (every seed of this
+      side inside the published [min, max] widened by half a unit of its last printed
+      digit; None when n is 0), ``overlap`` (the two ranges, so widened, share a point).
       Only metrics that both report.
     """
     pub = published_tables.window_cells(table_csv, source, column)
-    ends = sorted(int(r) for r in pub["rows"].unique()
-                  if max_rows is None or int(r) <= int(max_rows))
-    if len(ends) < 2:
+    pub_ends = sorted(int(r) for r in pub["rows"].unique())
+    width = int(np.diff(pub_ends).min()) if len(pub_ends) > 1 else pub_ends[0]
+    # every run needs a record at both ends of a window (the start 0 needs none)
+    ends = [e for e in pub_ends if (max_rows is None or e <= int(max_rows)) and
+            all(e in r.train.index and (e - width == 0 or e - width in r.train.index)
+                for r in runs)]
+    if not ends:
         return None
-    have = set().union(*[set(r.train.index) for r in runs])
-    if not all(e in have for e in ends):
-        ends = [e for e in ends if e in have]
-        if len(ends) < 2 or len(set(np.diff(ends).tolist())) != 1:
-            return None
-    means = window_means(runs, ends)
+    means = window_means(runs, ends, width)
     recs = []
     for _, cell in pub[pub["rows"].isin(ends)].iterrows():
         if cell["metric"] not in means:
             continue
         v = means[cell["metric"]][:, ends.index(int(cell["rows"]))]
         v = v[np.isfinite(v)]
-        rec = {"metric": cell["metric"], "rows": int(cell["rows"]),
+        rec = {"metric": cell["metric"], "rows": int(cell["rows"]), "window_rows": width,
                "mean": float(v.mean()) if len(v) else None,
                "lo": float(v.min()) if len(v) else None,
                "hi": float(v.max()) if len(v) else None, "n": int(len(v)),
                "published_mean": cell["mean"], "published_lo": cell["lo"],
                "published_hi": cell["hi"], "line": int(cell["line"])}
+        lo, hi = cell["lo"] - cell["half_unit"], cell["hi"] + cell["half_unit"]
         if len(v):
-            rec["inside"] = bool(v.min() >= cell["lo"] and v.max() <= cell["hi"])
-            rec["overlap"] = bool(max(v.min(), cell["lo"]) <= min(v.max(), cell["hi"]))
+            rec["inside"] = bool(v.min() >= lo and v.max() <= hi)
+            rec["overlap"] = bool(max(v.min(), lo) <= min(v.max(), hi))
         else:
             rec["inside"] = rec["overlap"] = None
         recs.append(rec)
@@ -159,8 +165,8 @@ def for_sides(sides: dict, max_rows: int, table_csv=TABLE_CSV) -> dict:
                 sd["runs"], table_csv, report, COLUMNS["reference"], max_rows)
     if not any(t is not None for t in tables.values()):
         reason = ("no side has training metrics" if not tables else
-                  "the round ends before the published windows (2,000 rows) or its records "
-                  "do not fall on their ends")
+                  "no published 2,000-row window fits the round: it ends before the first "
+                  "one, or its evaluation rows do not fall on both ends of a window")
         return {"tables": tables, "reason": reason}
     return {"tables": tables, "reason": None}
 
@@ -194,18 +200,17 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_lines(tables: dict, where: str = "data/published/tables.csv") -> list[str]:
-    """Report lines for ``{(side, source, column_role): table}`` (None tables skipped)."""
+    """Report lines for ``{(side, source, "reference"): table}`` (None tables skipped)."""
     L = []
-    for (side, source, role), t in tables.items():
+    for (side, source, _), t in tables.items():
         if t is None:
             continue
         s = summarise(t)
-        who = "reference runs" if role == "reference" else "own candidate"
-        L += ["", f"### {side} against the study's {who} in `{source}` ({where})", "",
-              f"Windows of {int(t['rows'].diff().dropna().min()) if len(t['rows'].unique()) > 1 else 'n/a'} "
-              f"rows ending at {sorted(t['rows'].unique().tolist())}. 'inside': every {side} "
-              "seed within the published [min, max]; 'apart': the two seed ranges do not "
-              "meet.", "",
+        L += ["", f"### {side} against the study's reference runs in `{source}` ({where})", "",
+              f"Windows of {int(t['window_rows'].iloc[0])} rows ending at "
+              f"{sorted(int(r) for r in t['rows'].unique())}. 'inside': every {side} seed "
+              "within the published [min, max] (widened by half a unit of its last printed "
+              "digit); 'apart': the two seed ranges do not meet.", "",
               "| metric | windows | inside | ranges meet | apart at rows |", "|---|---|---|---|---|"]
         for _, r in s.iterrows():
             L.append(f"| `{r['metric']}` | {r['windows']} | {r['inside']} | {r['overlap']} | "

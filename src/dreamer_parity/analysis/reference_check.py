@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamer_parity.analysis import stats
-from dreamer_parity.analysis.load import AnalysisError, load_side
+from dreamer_parity.analysis.load import AnalysisError, display_path, load_side
 from dreamer_parity.provenance import REPO_ROOT
 
 __all__ = ["PUBLISHED_DIR", "PUBLISHED_REFERENCE", "matching_rounds", "check", "summary_keys",
@@ -77,12 +77,12 @@ def _published_s2(name: str, published_dir: Path) -> list[float] | None:
     if rel is None:
         return None
     path = published_dir / rel
-    d = json.loads(path.read_text())
     try:
-        per = d["per_seed"]["ref"]
+        per = json.loads(path.read_text())["per_seed"]["ref"]
         return [float(per[str(s)]["S2"]) for s in PUBLISHED_REFERENCE[name]["seeds"]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise AnalysisError(f"{path}: per_seed.ref.<seed>.S2 not readable ({e})") from None
+    except (OSError, KeyError, TypeError, ValueError) as e:   # JSONDecodeError is a ValueError
+        raise AnalysisError(f"{display_path(path)}: per_seed.ref.<seed>.S2 not readable "
+                            f"({type(e).__name__}: {e})") from None
 
 
 def _timing_value(t: dict | None, *keys):
@@ -193,7 +193,8 @@ def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | Non
 
 
 def summary_keys(rc: dict | None) -> dict:
-    """Flat metrics of the exact-protocol match (``published_reference.*``)."""
+    """Flat metrics (``published_reference.*``) of the first matching round: the one with
+    the same protocol when there is one (``same_protocol`` says which)."""
     if rc is None:
         return {}
     if not rc["rounds"]:

@@ -188,10 +188,8 @@ def plain_words(result: dict) -> list[str]:
         L.append(f"* For context, the study's own candidate on the same protocol: mean "
                  f"{_f(np.mean(ctx[stat]))} (never gated).")
     if g.get("pass") is True:
-        L.append("* **The pre-registered gate passed**: every part held "
-                 f"({', '.join(g['parts'])}). The candidate learns CartPole under this "
-                 "protocol at least as well as the weakest reference seed, and these seeds show "
-                 "no difference between the sides at the 5% level.")
+        L.append("* **The pre-registered gate passed**: every part held: "
+                 + "; ".join(_gate_part_words(k, v) for k, v in g["parts"].items()) + ".")
     elif g.get("pass") is False:
         failed = [k for k, v in g["parts"].items() if v["ok"] is False]
         L.append(f"* **The pre-registered gate failed** on: {', '.join(failed)}. "
@@ -212,20 +210,44 @@ def plain_words(result: dict) -> list[str]:
                  f"{_f(t['ci_hi'])}] return: the data are compatible with true differences "
                  f"anywhere in it, the largest {_f(t['min_margin'])} return "
                  f"({_f(100 * t['min_margin_frac'] if t['min_margin_frac'] is not None else None, 0)}% "
-                 f"of the reference mean). Equivalence within the "
-                 f"pre-registered margin of +-{_f(t['margin'])} ({_f(100 * t['margin_frac'], 0)}%) "
+                 f"of the reference mean). Equivalence within the round's margin "
+                 f"(`stats.equivalence_margin`) of +-{_f(t['margin'])} ({_f(100 * t['margin_frac'], 0)}%) "
                  f"is **{t['verdict']}**"
                  + (f"; about {t['seeds_needed']} seeds per side would be needed to show it if "
                     "the true difference were 0." if t["seeds_needed"] is not None else "."))
     r = result.get("reading") or {}
     if r.get("reading"):
-        L.append(f"* The concordance reading (PREREG3) is **{r['reading']}**: "
-                 + {"H2 or noise": "with a replay sampler seeded per run, the reference shows "
-                    "no end-of-run jump (H1) and no significant lead over the candidate (H3); "
-                    "the 20,000-row concordance of stock reference runs is then put down to "
-                    "their shared replay seed (H2) or to seed noise, which this design cannot "
-                    "tell apart."}.get(r["reading"], "see the Concordance section for its parts."))
+        if r["reading"] != "H2 or noise":
+            words = "see the Concordance section for its parts."
+        elif p["reference"]["sampler"] == "per_run":
+            words = ("with a replay sampler seeded per run, the reference shows no end-of-run "
+                     "jump (H1) and no significant lead over the candidate (H3); the 20,000-row "
+                     "concordance of stock reference runs is then put down to their shared "
+                     "replay seed (H2) or to seed noise, which this design cannot tell apart.")
+        else:
+            words = ("neither an end-of-run jump of the reference (H1) nor a significant lead "
+                     "(H3); these reference runs share one replay seed (stock sampler), so "
+                     "what they have in common may come from that (H2) or from noise, which "
+                     "this design cannot tell apart.")
+        L.append(f"* The concordance reading (PREREG3) is **{r['reading']}**: {words}")
     return L
+
+
+def _gate_part_words(name: str, part: dict) -> str:
+    """One gate part that held, in words, with its value and bar."""
+    if name == "learns":
+        return (f"the candidate's mean {_f(part['value'])} is at least the lowest reference "
+                f"seed's {_f(part['bar'])}")
+    if name == "mean_min":
+        return f"the candidate's mean {_f(part['value'])} is at least {_g(part['bar'])}"
+    if name == "welch_p":
+        return (f"Welch's p {_p(part['value'])} is at least {_g(part['bar'])}, so these seeds "
+                f"show no difference between the sides at that level")
+    if name == "entropy_overlap":
+        return (f"the actor-entropy seed ranges at {part['rows']} rows overlap "
+                f"({_f(part['value'][0], 3)}-{_f(part['value'][1], 3)} against "
+                f"{_f(part['bar'][0], 3)}-{_f(part['bar'][1], 3)})")
+    return f"{name} held"
 
 
 def _window_table(t, metric: str, digits: int = 4) -> list[str]:
