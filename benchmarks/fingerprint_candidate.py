@@ -23,7 +23,7 @@ Which digests are reproducible: one seed (one host device) gives the same digest
 after run, so ``--seeds 0`` compares two commits' code bit for bit.  With several seeds
 on CPU each seed runs on its own host device and the devices share XLA's intra-op thread
 pool; some reductions are then split according to timing, and two runs of the same code
-differ by float32 rounding (at the round-3 parameters after 81 updates: 1 to 3 of 5
+differ by float32 rounding (at the round-3 parameters after 81 updates: 3 and 4 of 5
 seeds, in the return normaliser and in 18-33 of the training-metric means).  Several-seed
 digests are therefore only compared for the round's own records, with that caveat.
 
