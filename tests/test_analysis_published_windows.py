@@ -60,7 +60,17 @@ def test_against_the_round1_reference_windows(tmp_path):
     s = published_windows.summarise(t).set_index("metric")
     assert s.loc[ENT, "windows"] == 10 and s.loc[ENT, "inside"] == 9
     assert s.loc[ENT, "apart_rows"] == [20000]
+    p20 = ent.loc[20000]
+    assert s.loc[ENT, "first_apart"] == (
+        f"20000: 5 [5, 5] against {p20['mean']:.4g} [{p20['lo']:.4g}, {p20['hi']:.4g}]")
     assert s.loc["rec_loss", "overlap"] == 0
+    assert s.loc["rec_loss", "first_apart"].startswith("2000: 1e+06 [1e+06, 1e+06] against ")
+    lines = published_windows.report_lines({("candidate", ROUND1, "reference"): t})
+    assert lines[-2].startswith(f"| `{ENT}` | 10 | 9 | 9 | 20000 | 20000: 5 [5, 5] against ")
+    # a counter metric gets its note under the table
+    counter = t[t["metric"] == ENT].assign(metric="opt_grad_steps")
+    lines = published_windows.report_lines({("candidate", ROUND1, "reference"): counter})
+    assert lines[-1] == "* `opt_grad_steps`: " + published_windows.METRIC_NOTES["opt_grad_steps"]
     # only metrics both report; a shorter round compares only the windows it reaches
     assert set(t["metric"]) == {ENT, "rec_loss"}
     short = published_windows.against_published(_runs(tmp_path / "b", train),

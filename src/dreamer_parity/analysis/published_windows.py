@@ -26,7 +26,7 @@ from dreamer_parity.analysis import published_tables
 from dreamer_parity.analysis.load import AnalysisError, Run
 from dreamer_parity.provenance import REPO_ROOT
 
-__all__ = ["COLUMNS", "TABLE_CSV", "window_means", "against_published", "for_sides",
+__all__ = ["COLUMNS", "TABLE_CSV", "METRIC_NOTES", "window_means", "against_published", "for_sides",
            "summarise", "summary_keys", "report_lines"]
 
 #: The committed published tables (data/published/README.md).
@@ -34,6 +34,17 @@ TABLE_CSV = REPO_ROOT / "data" / "published" / published_tables.TABLE_FILE
 
 #: The published tables' column of the study's reference runs.
 COLUMNS = {"reference": "ref mean [min, max]"}
+
+#: Metrics whose window means are not learning signals, with what they measure; the
+#: report prints the note under a table that holds the metric.
+METRIC_NOTES = {
+    "opt_grad_steps": "the optimizer's update counter, so its window mean is the window's "
+                      "position in the run, not something learned. The reference reports "
+                      "its metrics one train call late (D1), so its window holds the "
+                      "previous window's last update instead of its own last one and its "
+                      "mean sits 0.5-1 below a side that reports on time; apart here by "
+                      "construction.",
+}
 
 
 def window_means(runs: list[Run], ends: list[int], width: int | None = None) -> dict[str, np.ndarray]:
@@ -188,14 +199,22 @@ def summary_keys(pw: dict) -> dict:
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
     """Per metric: windows compared, windows with every seed inside, windows whose ranges
-    overlap, and the rows of the windows without overlap."""
+    overlap, the rows of the windows without overlap, and the first of those as text
+    (``"<rows>: mean [lo, hi] against published mean [lo, hi]"``, None when none)."""
     out = []
     for m, g in table.groupby("metric", sort=True):
         g = g[g["inside"].notna()]
+        apart = g[~g["overlap"].astype(bool)]
+        first = None
+        if len(apart):
+            a = apart.sort_values("rows").iloc[0]
+            first = (f"{int(a['rows'])}: {a['mean']:.4g} [{a['lo']:.4g}, {a['hi']:.4g}] against "
+                     f"{a['published_mean']:.4g} [{a['published_lo']:.4g}, "
+                     f"{a['published_hi']:.4g}]")
         out.append({"metric": m, "windows": int(len(g)),
                     "inside": int(g["inside"].astype(bool).sum()),
                     "overlap": int(g["overlap"].astype(bool).sum()),
-                    "apart_rows": [int(r) for r in g.loc[~g["overlap"].astype(bool), "rows"]]})
+                    "apart_rows": [int(r) for r in apart["rows"]], "first_apart": first})
     return pd.DataFrame(out)
 
 
@@ -211,8 +230,11 @@ def report_lines(tables: dict, where: str = "data/published/tables.csv") -> list
               f"{sorted(int(r) for r in t['rows'].unique())}. 'inside': every {side} seed "
               "within the published [min, max] (widened by half a unit of its last printed "
               "digit); 'apart': the two seed ranges do not meet.", "",
-              "| metric | windows | inside | ranges meet | apart at rows |", "|---|---|---|---|---|"]
+              "| metric | windows | inside | ranges meet | apart at rows | first apart: "
+              f"{side} mean [min, max] against published |", "|---|---|---|---|---|---|"]
         for _, r in s.iterrows():
             L.append(f"| `{r['metric']}` | {r['windows']} | {r['inside']} | {r['overlap']} | "
-                     f"{', '.join(map(str, r['apart_rows'])) or '-'} |")
+                     f"{', '.join(map(str, r['apart_rows'])) or '-'} | "
+                     f"{r['first_apart'] or '-'} |")
+        L += [f"* `{m}`: {note}" for m, note in METRIC_NOTES.items() if m in set(s["metric"])]
     return L
