@@ -10,12 +10,12 @@ Measures in one run:
 
 1. compile seconds of the run's three programs (init, chunk, evaluation point) for the
    largest seed count, obtained as the run obtains them (the exported-program store of
-   ``candidate/program_store.py``, then lower + XLA compile), in a fresh process with an
+   ``candidate/runtime/program_store.py``, then lower + XLA compile), in a fresh process with an
    empty (**cold**) JAX persistent compilation cache and program store, then in a second
    fresh process with both **warm**; importing jax and the package is reported apart;
 2. seed-updates per second of the real loop program (``loop.build``; replay sized for
    ``--rows`` rows) with 1 and 3 vmapped seeds, laid out as the run lays them out (one
-   host device per seed on CPU, :mod:`dreamer_parity.candidate.seedmesh`; ``--one-device``
+   host device per seed on CPU, :mod:`dreamer_parity.candidate.runtime.seedmesh`; ``--one-device``
    puts all seeds on one device as before): the 65 vector steps up to the gate row
    1040 are run first, then one warm-up chunk of ``--chunk-steps`` vector steps (8 updates
    each), then ``--timed-chunks`` timed chunks;
@@ -23,7 +23,7 @@ Measures in one run:
    process memory) and the exact bytes of the loop state (replay + agent state + envs)
    for 3 seeds at ``--rows`` rows;
 4. matmul FLOPs per update counted from the optimized HLO of one update with loop trip
-   counts (:mod:`dreamer_parity.candidate.hlo_cost`), XLA's own ``cost_analysis`` for
+   counts (:mod:`dreamer_parity.candidate.runtime.hlo_cost`), XLA's own ``cost_analysis`` for
    comparison, and the achieved GFLOP/s;
 5. the reference's seconds per update: ``--reference-s-per-update``, else (``--reference
    auto``, when ``make reference-setup`` was run) the isolated figure of
@@ -56,9 +56,9 @@ NUM_ENVS = 16
 
 def _setup_env(cache: str | None, seed_devices: int = 1):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    # the run's layout: one host device per seed (candidate/seedmesh.py), asked for before
+    # the run's layout: one host device per seed (candidate/runtime/seedmesh.py), asked for before
     # jax starts; --one-device leaves XLA_FLAGS alone
-    from dreamer_parity.candidate import seedmesh
+    from dreamer_parity.candidate.runtime import seedmesh
     seedmesh.request_host_devices(seed_devices)
     if cache:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
@@ -82,7 +82,7 @@ def _head_rows(head_rows):
 
 
 def _mesh(n_seeds, one_device: bool):
-    from dreamer_parity.candidate import seedmesh
+    from dreamer_parity.candidate.runtime import seedmesh
     return None if one_device else seedmesh.seed_mesh(n_seeds)
 
 
@@ -91,7 +91,8 @@ def _programs(profile, n_seeds, rows, chunk_steps, eval_episodes=10, seed_batch=
     import jax
     import jax.numpy as jnp
 
-    from dreamer_parity.candidate import agent, loop, seedmesh
+    from dreamer_parity.candidate import agent
+    from dreamer_parity.candidate.runtime import loop, seedmesh
     from dreamer_parity.candidate.config import AgentConfig
 
     cfg = AgentConfig.for_profile(profile, **_head_rows(head_rows))
@@ -110,9 +111,10 @@ def phase_compile(a) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from dreamer_parity.candidate import agent, loop, program_store, seedmesh
+    from dreamer_parity.candidate import agent
+    from dreamer_parity.candidate.runtime import loop, program_store, seedmesh
     from dreamer_parity.candidate.config import AgentConfig
-    from dreamer_parity.candidate.run import config_dict
+    from dreamer_parity.candidate.runtime.run import config_dict
 
     cfg = AgentConfig.for_profile(a.profile, **_head_rows(a.head_rows))
     mesh = _mesh(max(a.seeds), a.one_device)
@@ -145,7 +147,7 @@ def _tree_bytes(tree) -> int:
 
 def phase_throughput(a) -> dict:
     """Seed-updates per second for each seed count, memory, FLOPs per update."""
-    from dreamer_parity.candidate.hlo_cost import matmul_flops
+    from dreamer_parity.candidate.runtime.hlo_cost import matmul_flops
     from dreamer_parity.schedule import Schedule
 
     out = {"throughput": {}}
@@ -153,7 +155,7 @@ def phase_throughput(a) -> dict:
         jax, jnp, agent, loop, cfg, progs, stacked = _programs(
             a.profile, n_seeds, a.rows, a.chunk_steps, seed_batch=_seed_batch(a.seed_batch),
             head_rows=a.head_rows, one_device=a.one_device)
-        from dreamer_parity.candidate import seedmesh
+        from dreamer_parity.candidate.runtime import seedmesh
         put = lambda c: seedmesh.put_replicated(jnp.asarray(c, jnp.int32), progs.mesh)
         shape = seedmesh.put_seeds(jax.eval_shape(progs.init, stacked), progs.mesh)
         chunk = progs.chunk.lower(shape, put(jnp.zeros((a.chunk_steps,)))).compile()
@@ -195,7 +197,7 @@ def phase_throughput(a) -> dict:
         return out
     # FLOPs of one update of one seed (sample, train, write back)
     s = Schedule()
-    from dreamer_parity.candidate import replay as replaylib
+    from dreamer_parity.candidate.runtime import replay as replaylib
     rp = jax.eval_shape(lambda: replaylib.init(NUM_ENVS, a.rows // NUM_ENVS, cfg.deter,
                                                cfg.stoch, cfg.obs_dim))
     f = jax.jit(lambda st, rp, n, k: loop.update_step(agent, cfg, s, st, rp, n, k),
@@ -261,7 +263,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-cold", action="store_true",
                     help="skip the cold-cache compile; use the test suite's persistent cache")
     ap.add_argument("--one-device", action="store_true",
-                    help="all seeds on one device (the layout before candidate/seedmesh.py)")
+                    help="all seeds on one device (the layout before candidate/runtime/seedmesh.py)")
     ap.add_argument("--seed-batch", default="auto",
                     help="how the seed vmap runs the train step: auto (loop default: one seed "
                          "at a time on CPU), all (batched), or seeds per group")

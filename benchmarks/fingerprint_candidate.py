@@ -94,9 +94,9 @@ def train_step_digest(params: dict) -> str:
     import jax
 
     from dreamer_parity.candidate import agent
-    from dreamer_parity.candidate.bench import synthetic_batch
+    from dreamer_parity.candidate.runtime.bench import synthetic_batch
     from dreamer_parity.candidate.config import AgentConfig
-    from dreamer_parity.candidate.loop import compiler_options
+    from dreamer_parity.candidate.runtime.loop import compiler_options
 
     cfg = AgentConfig.from_params(params)
     state = agent.init(jax.random.PRNGKey(0), cfg)
@@ -108,7 +108,7 @@ def train_step_digest(params: dict) -> str:
 
 def run_digests(params: dict, points: int, tmp: Path) -> tuple[str, dict]:
     """(carry digest, {seed: record lines}) after the first ``points`` evaluation points."""
-    from dreamer_parity.candidate import run as runlib
+    from dreamer_parity.candidate.runtime import run as runlib
 
     captured = {}
 
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
             path = recordslib.run_dir(a.records, "candidate", s) / "records.jsonl"
             lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
             committed[s] = lines[:a.points]
-    from dreamer_parity.candidate import seedmesh
+    from dreamer_parity.candidate.runtime import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))   # as the stage does
     print(f"train_step {train_step_digest(params)}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

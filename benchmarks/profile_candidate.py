@@ -7,8 +7,8 @@
 
 Without ``--loop`` it compiles ``jit(vmap(agent.train_step))`` (plain vmap: with
 ``--seeds`` above 1 this is the batched program, not the run's one-seed-at-a-time loop of
-``candidate/seedmap.py``; its per-seed program is what ``--seeds 1`` profiles) on a
-synthetic batch (``candidate.bench``), runs ``--updates`` blocking updates under
+``candidate/runtime/seedmap.py``; its per-seed program is what ``--seeds 1`` profiles) on a
+synthetic batch (``candidate.runtime.bench``), runs ``--updates`` blocking updates under
 ``jax.profiler.trace`` and sums the XLA:CPU op events of the trace per op name.
 
 With ``--loop`` it profiles the run's own chunk program instead (``loop.build`` with the
@@ -57,7 +57,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step  # noqa: E402
-from dreamer_parity.candidate.bench import synthetic_batch  # noqa: E402
+from dreamer_parity.candidate.runtime.bench import synthetic_batch  # noqa: E402
 from dreamer_parity.candidate.config import AgentConfig  # noqa: E402
 
 
@@ -243,7 +243,8 @@ def _trace_loop(a):
     with n = the seed-updates the chunk ran (updates per seed x seeds)."""
     import jax.numpy as jnp
 
-    from dreamer_parity.candidate import agent, loop
+    from dreamer_parity.candidate import agent
+    from dreamer_parity.candidate.runtime import loop
     from dreamer_parity.schedule import per_vector_step
 
     cfg = AgentConfig.for_profile(a.profile)

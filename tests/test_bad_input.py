@@ -168,7 +168,7 @@ _ENTRY_POINTS = {
                            "--out", "O"],
     "pipeline compare": ["dreamer_parity.pipeline", "--params", "P", "compare"],
     "port_check": ["dreamer_parity.port_check", "--params", "P", "--out", "O"],
-    "candidate run": ["dreamer_parity.candidate.run", "--params", "P", "--out", "O"],
+    "candidate run": ["dreamer_parity.candidate.runtime.run", "--params", "P", "--out", "O"],
     "reference launch": ["dreamer_parity.reference.launch", "--params", "P", "--seed", "0",
                          "--out", "O"],
     "compare": ["dreamer_parity.analysis.compare", "--params", "P", "--candidate", "O"],
@@ -277,7 +277,7 @@ def test_candidate_run_refuses_other_jax_before_compiling(tmp_path):
     env = _guarded_env(tmp_path)
     _fake_dist(tmp_path / "guard", "jax", "0.0.1")
     pin = provenance.read_pins(REPO / "requirements.lock")["jax"]
-    r = subprocess.run([sys.executable, "-m", "dreamer_parity.candidate.run", "--params",
+    r = subprocess.run([sys.executable, "-m", "dreamer_parity.candidate.runtime.run", "--params",
                         "params.yaml", "--out", "out", "--work-dir", str(tmp_path / "w")],
                        cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr

@@ -1,7 +1,6 @@
 """Unit tests of the candidate agent's pieces (fast; numpy references written by hand)."""
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dreamer_parity.candidate import agent, dists, nets, optim, twohot
+from dreamer_parity.candidate import agent, dists, nets, optim, returns, rssm, twohot
 from dreamer_parity.candidate.config import AgentConfig
 
 REFPY = Path.home() / ".cache" / "dreamer-parity" / "refvenv" / "bin" / "python"
@@ -257,17 +256,17 @@ def test_kl_free_bits_and_gradient_routing():
     pp = np.exp(post) / np.exp(post).sum(-1, keepdims=True)
     qq = np.exp(prior) / np.exp(prior).sum(-1, keepdims=True)
     kl = (pp * (np.log(pp) - np.log(qq))).sum(-1).sum(-1)            # summed over latents
-    dyn, rep = agent.kl_losses(post, prior, 1.0)
+    dyn, rep = rssm.kl_losses(post, prior, 1.0)
     np.testing.assert_allclose(dyn, np.maximum(kl, 1.0), rtol=1e-5)
     np.testing.assert_allclose(rep, np.maximum(kl, 1.0), rtol=1e-5)
-    d0, _ = agent.kl_losses(post, prior, 0.0)
+    d0, _ = rssm.kl_losses(post, prior, 0.0)
     np.testing.assert_allclose(d0, kl, rtol=1e-5)
     big = jnp.float32(100.0)
-    g_post, g_prior = jax.grad(lambda a, b: agent.kl_losses(a, b, 0.0)[0].sum(), (0, 1))(post, prior)
+    g_post, g_prior = jax.grad(lambda a, b: rssm.kl_losses(a, b, 0.0)[0].sum(), (0, 1))(post, prior)
     assert float(jnp.abs(g_post).max()) == 0.0 and float(jnp.abs(g_prior).max()) > 0
-    g_post, g_prior = jax.grad(lambda a, b: agent.kl_losses(a, b, 0.0)[1].sum(), (0, 1))(post, prior)
+    g_post, g_prior = jax.grad(lambda a, b: rssm.kl_losses(a, b, 0.0)[1].sum(), (0, 1))(post, prior)
     assert float(jnp.abs(g_prior).max()) == 0.0 and float(jnp.abs(g_post).max()) > 0
-    g = jax.grad(lambda a: agent.kl_losses(a, prior, big)[1].sum())(post)   # all below free bits
+    g = jax.grad(lambda a: rssm.kl_losses(a, prior, big)[1].sum())(post)   # all below free bits
     assert float(jnp.abs(g).max()) == 0.0
 
 
@@ -323,7 +322,6 @@ def _np_observe_step(p, cfg, deter, stoch, action, embed, is_first):
 
 
 def test_observe_step_with_hoisted_inputs_equals_the_literal_block_gru():
-    from dreamer_parity.candidate import rssm
     cfg = AgentConfig.for_profile("smoke")
     p = rssm.init_params(jax.random.PRNGKey(3), cfg)
     p = jax.tree_util.tree_map(                         # non-zero biases, non-unit scales
@@ -365,7 +363,6 @@ def test_observe_scan_gradients_with_stored_transposes_and_slices_equal_plain_au
     # rssm.observe_transposes only changes how the backward pass multiplies, and
     # rssm.observe_slices only where the kernel slices' gradients are accumulated: the
     # gradients of a loss through a scan of posterior steps must be those of plain autodiff
-    from dreamer_parity.candidate import rssm
     cfg = AgentConfig.for_profile("smoke", obs_layers=2)
     p = rssm.init_params(jax.random.PRNGKey(5), cfg)
     p = jax.tree_util.tree_map(
@@ -442,7 +439,7 @@ def test_lambda_return_hand_example():
     con = jnp.array([[1.0], [0.5], [1.0]])
     val = jnp.array([[5.0], [4.0], [10.0]])
     # R2 = 10; R1 = 2 + 1*(0.5*10 + 0.5*10) = 12; R0 = 1 + 0.5*(0.5*4 + 0.5*12) = 5
-    ret = agent.lambda_return(rew, con, val, lam)
+    ret = returns.lambda_return(rew, con, val, lam)
     np.testing.assert_allclose(np.asarray(ret)[:, 0], [5.0, 12.0], rtol=1e-6)
 
 
@@ -456,18 +453,18 @@ def test_replay_return_hand_example():
     # R2 = 3 + 0*(...) = 3
     # R1 = 2 + 0.5*((1-0)*30 + 0*3) = 17
     # R0 = 1 + 0.5*(0.5*20 + 0.5*17) = 10.25
-    r = agent.replay_return(reward, term, last, boot, cfg)
+    r = returns.replay_return(reward, term, last, boot, cfg)
     np.testing.assert_allclose(np.asarray(r)[0], [10.25, 17.0, 3.0], rtol=1e-6)
 
 
 def test_return_normaliser():
     cfg = AgentConfig.for_profile("smoke")
     ret = jnp.arange(101.0).reshape(1, 101) * 0.1       # percentiles 5 -> 0.5, 95 -> 9.5
-    st, off, scale = agent.retnorm_update({"lo": jnp.float32(0), "hi": jnp.float32(0)}, ret, cfg)
+    st, off, scale = returns.retnorm_update({"lo": jnp.float32(0), "hi": jnp.float32(0)}, ret, cfg)
     assert float(st["lo"]) == pytest.approx(0.005, rel=1e-5) and float(st["hi"]) == pytest.approx(0.095, rel=1e-5)
     assert float(off) == pytest.approx(0.005, rel=1e-5) and float(scale) == 1.0   # limit 1
     st = {"lo": jnp.float32(-1.0), "hi": jnp.float32(30.0)}
-    st2, off, scale = agent.retnorm_update(st, ret, cfg)
+    st2, off, scale = returns.retnorm_update(st, ret, cfg)
     lo = 0.99 * -1 + 0.01 * 0.5
     hi = 0.99 * 30 + 0.01 * 9.5
     assert float(off) == pytest.approx(lo, rel=1e-5) and float(scale) == pytest.approx(hi - lo, rel=1e-5)

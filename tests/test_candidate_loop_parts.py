@@ -9,9 +9,9 @@ import pytest
 
 from dreamer_parity.cartpole_port import CartPolePort
 from dreamer_parity.schedule import per_vector_step
-from dreamer_parity.candidate import env as envlib
-from dreamer_parity.candidate import replay as replaylib
-from dreamer_parity.candidate.run import chunk_steps_for
+from dreamer_parity.candidate.runtime import env as envlib
+from dreamer_parity.candidate.runtime import replay as replaylib
+from dreamer_parity.candidate.runtime.run import chunk_steps_for
 
 
 # ---------------------------------------------------------------- update counts
@@ -239,7 +239,7 @@ def test_write_back_rows_and_order():
 # ---------------------------------------------------------------- HLO FLOP counter
 
 def test_hlo_matmul_flops_counts_loop_trips():
-    from dreamer_parity.candidate.hlo_cost import matmul_flops
+    from dreamer_parity.candidate.runtime.hlo_cost import matmul_flops
 
     def f(x, w, w2):
         def body(i, x):

@@ -4,7 +4,6 @@ Most runs use the stand-in agent of ``candidate_stub`` (fast to compile); one te
 the real agent at the smoke profile.
 """
 
-import json
 import math
 import os
 import subprocess
@@ -17,8 +16,8 @@ import pytest
 import candidate_stub as stub
 from dreamer_parity import params as paramslib
 from dreamer_parity import records
-from dreamer_parity.candidate import recording
-from dreamer_parity.candidate import run as runlib
+from dreamer_parity.candidate.runtime import recording
+from dreamer_parity.candidate.runtime import run as runlib
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = paramslib.smoke_params()
@@ -93,7 +92,7 @@ def test_smoke_run_records(run_a):
         assert run["run"]["config"]["schedule"]["updates_at_points"] == [0, 0, 81]
         assert "repo" in run["run"]["provenance"]
         assert run["timing"]["compile_s"] > 0
-        # CPU: the seed vmap runs the train step one seed at a time (candidate/seedmap.py)
+        # CPU: the seed vmap runs the train step one seed at a time (candidate/runtime/seedmap.py)
         assert run["timing"]["backend"] == "cpu" and run["timing"]["seed_batch"] == 1
         with np.load(d / "params.npz") as z:
             assert set(z.files) == {"enc/w", "actor/w", "actor/b"}
@@ -156,7 +155,7 @@ def test_nan_seed_fails_alone(tmp):
 def _cli(tmp_path, text, extra=()):
     p = tmp_path / "p.yaml"
     p.write_text(text)
-    code = ("import sys; from dreamer_parity.candidate.run import main; "
+    code = ("import sys; from dreamer_parity.candidate.runtime.run import main; "
             f"rc = main(['--params', {str(p)!r}, '--out', {str(tmp_path / 'o')!r}, *{list(extra)!r}]); "
             "assert 'jax' not in sys.modules, 'jax imported before validation'; sys.exit(rc)")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -181,7 +180,7 @@ def test_cli_rejects_bad_params_before_compiling(tmp_path, text, needle):
 
 
 def test_cli_missing_file_and_work_dir_inside_out(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dreamer_parity.candidate.run", "--params",
+    r = subprocess.run([sys.executable, "-m", "dreamer_parity.candidate.runtime.run", "--params",
                         str(tmp_path / "nope.yaml"), "--out", "o"], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "not found" in r.stderr

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import candidate_stub as stub
-from dreamer_parity.candidate import loop, program_store
+from dreamer_parity.candidate.runtime import loop, program_store
 from dreamer_parity.schedule import Schedule
 
 CFG = stub.StubConfig()

@@ -1,4 +1,4 @@
-"""The seed vmap's execution choice (candidate/seedmap.py): one seed at a time or batched."""
+"""The seed vmap's execution choice (candidate/runtime/seedmap.py): one seed at a time or batched."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dreamer_parity.candidate import agent, loop, seedmap
-from dreamer_parity.candidate.bench import synthetic_batch
+from dreamer_parity.candidate import agent
+from dreamer_parity.candidate.runtime import loop, seedmap
+from dreamer_parity.candidate.runtime.bench import synthetic_batch
 from dreamer_parity.candidate.config import AgentConfig
 
 

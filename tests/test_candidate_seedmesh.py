@@ -1,4 +1,4 @@
-"""One host device per seed (candidate/seedmesh.py): the flag, the mesh, and programs on
+"""One host device per seed (candidate/runtime/seedmesh.py): the flag, the mesh, and programs on
 it that compute per seed what the one-device programs compute (stand-in agent)."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import candidate_stub as stub
-from dreamer_parity.candidate import loop, program_store, seedmesh
+from dreamer_parity.candidate.runtime import loop, program_store, seedmesh
 
 CFG = stub.StubConfig()
 CAP, CHUNK, EPISODES = 75, 5, 2

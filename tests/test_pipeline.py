@@ -101,7 +101,7 @@ Path(a.report).write_text(f"reference {a.reference}\\nprereg {a.prereg}\\n")
 STUBS = {
     "src/dreamer_parity/port_check.py": STUB_PORT,
     "src/dreamer_parity/reference/launch.py": STUB_LAUNCH,
-    "src/dreamer_parity/candidate/run.py": STUB_CANDIDATE,
+    "src/dreamer_parity/candidate/runtime/run.py": STUB_CANDIDATE,
     "src/dreamer_parity/analysis/compare.py": STUB_COMPARE,
 }
 

@@ -89,7 +89,7 @@ def test_smoke_repro_runs_both_sides(smoke):
 
 
 def test_candidate_writes_one_directory_per_seed_under_its_output(smoke):
-    """Agreed CLI: ``candidate.run --out results/candidate`` writes ``results/candidate/s<S>``."""
+    """Agreed CLI: ``candidate.runtime.run --out results/candidate`` writes ``results/candidate/s<S>``."""
     clone = smoke["clone"]
     nested = sorted(p.relative_to(clone).as_posix()
                     for p in (clone / "results/candidate").glob("candidate/s*"))

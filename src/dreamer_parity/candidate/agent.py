@@ -24,11 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import dists, heads, optim, rssm, twohot
+from .returns import lambda_return, replay_return, retnorm_update
+from .rssm import kl_losses
 from .config import LOSS_TERMS, AgentConfig
 from .nets import symlog, with_transposes
 
 __all__ = ["XLA_CPU_OPTIONS", "AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
-           "init_params", "lambda_return", "replay_return", "retnorm_update", "kl_losses"]
+           "init_params"]
 
 f32 = jnp.float32
 i32 = jnp.int32
@@ -172,57 +174,6 @@ def policy_step(cfg: AgentConfig, params, carry, obs, is_first, key=None, draws=
 
 
 # --------------------------------------------------------------------------- train
-
-def lambda_return(rew, con, val, lam):
-    """Time-major lambda return (agent.py:302-310): rew, con, val f32[H+1, N] -> f32[H, N].
-    R_H = val_H;  R_t = rew_{t+1} + con_{t+1}*((1-lam)*val_{t+1} + lam*R_{t+1})."""
-    disc = con[1:]
-    interm = rew[1:] + (1 - lam) * disc * val[1:]
-    rets = [val[-1]]
-    for t in reversed(range(disc.shape[0])):
-        rets.append(interm[t] + disc[t] * lam * rets[-1])
-    return jnp.stack(list(reversed(rets))[:-1], 0)
-
-
-def replay_return(reward, is_terminal, is_last, boot, cfg):
-    """Replay lambda return (agent.py:336-345), batch-major f32[B, T] -> f32[B, T-1]:
-    live = (1-is_terminal)*(1-1/horizon), c = (1-is_last)*lambda_replay (both of row t+1),
-    R_{T-1} = boot_{T-1};  R_t = reward_{t+1} + live_{t+1}*((1-c_{t+1})*boot_{t+1} + c_{t+1}*R_{t+1}).
-    """
-    live = (1 - is_terminal.astype(f32))[:, 1:] * (1 - 1 / cfg.horizon)
-    cont = (1 - is_last.astype(f32))[:, 1:] * cfg.return_lambda_replay
-    interm = reward[:, 1:] + (1 - cont) * live * boot[:, 1:]
-
-    def step(r, xs):
-        i, l, c = xs
-        r = i + l * c * r
-        return r, r
-
-    _, rets = jax.lax.scan(step, boot[:, -1], (interm.T, live.T, cont.T), reverse=True)
-    return rets.T
-
-
-def retnorm_update(retnorm, ret, cfg):
-    """Return normaliser (jaxutils.py:301-395, impl perc): EMA (rate) of the lo/hi
-    percentiles of ``ret`` (linear interpolation over all entries), from 0 without bias
-    correction.  Returns (new {"lo","hi"}, offset = lo, scale = max(limit, hi - lo))."""
-    x = sg(ret.astype(f32)).ravel()
-    rate = cfg.retnorm_rate
-    lo = (1 - rate) * retnorm["lo"] + rate * jnp.percentile(x, cfg.retnorm_lo)
-    hi = (1 - rate) * retnorm["hi"] + rate * jnp.percentile(x, cfg.retnorm_hi)
-    return {"lo": lo, "hi": hi}, lo, jnp.maximum(cfg.retnorm_limit, hi - lo)
-
-
-def kl_losses(post, prior, free):
-    """dyn = KL(sg(post) || prior), rep = KL(post || sg(prior)), summed over the S latents,
-    then max(., free) (free bits after the sum; nets.py:97-110).  Logits f32[..., S, K]
-    -> (dyn f32[...], rep f32[...])."""
-    dyn = dists.kl(sg(post), prior).sum(-1)
-    rep = dists.kl(post, sg(prior)).sum(-1)
-    if free:
-        dyn, rep = jnp.maximum(dyn, free), jnp.maximum(rep, free)
-    return dyn, rep
-
 
 def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     """Total loss and aux (metrics, new retnorm, replay latents).  See train_step."""

@@ -29,7 +29,9 @@ from . import dists
 from .nets import block_params, dense, linear_params, matmul, rms_norm
 
 __all__ = ["init_params", "gru", "prior_logits", "post_logits", "observe_inputs", "observe_step",
-           "observe_transposes", "observe_slices", "img_step", "reset"]
+           "observe_transposes", "observe_slices", "img_step", "reset", "kl_losses"]
+
+sg = jax.lax.stop_gradient
 
 
 def init_params(key, cfg):
@@ -206,3 +208,14 @@ def img_step(p, cfg, deter, stoch, action, noise):
     logit = prior_logits(p, cfg, deter)
     stoch = dists.categorical_from_noise(logit, noise)
     return deter, stoch, logit
+
+
+def kl_losses(post, prior, free):
+    """dyn = KL(sg(post) || prior), rep = KL(post || sg(prior)), summed over the S latents,
+    then max(., free) (free bits after the sum; nets.py:97-110).  Logits f32[..., S, K]
+    -> (dyn f32[...], rep f32[...])."""
+    dyn = dists.kl(sg(post), prior).sum(-1)
+    rep = dists.kl(post, sg(prior)).sum(-1)
+    if free:
+        dyn, rep = jnp.maximum(dyn, free), jnp.maximum(rep, free)
+    return dyn, rep

@@ -28,7 +28,7 @@ import numpy as np
 __all__ = ["user_cache_root", "default_root", "code_hash", "run_key", "save", "load", "CKPT_NAME", "CheckpointMismatch"]
 
 CKPT_NAME = "checkpoint.npz"
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class CheckpointMismatch(RuntimeError):

@@ -2,16 +2,16 @@
 
 Command line (the DVC stage)::
 
-    python -m dreamer_parity.candidate.run --params params.yaml --out results \\
+    python -m dreamer_parity.candidate.runtime.run --params params.yaml --out results \\
         [--work-dir DIR]
 
 The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
 is imported or compiled.  All seeds run in one vmapped, jitted program
-(:mod:`dreamer_parity.candidate.loop`); on CPU the command asks XLA for one host device per
+(:mod:`dreamer_parity.candidate.runtime.loop`); on CPU the command asks XLA for one host device per
 seed and the program runs each seed on its own device (:mod:`.seedmesh`).  At every evaluation point the records are built
 on the host and a checkpoint is written to ``<work-dir>/<key>/`` (default: the per-user
 cache ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs``, or
-``$DREAMER_PARITY_WORK_DIR``; :mod:`dreamer_parity.candidate.checkpoint`); a killed run started again with the same
+``$DREAMER_PARITY_WORK_DIR``; :mod:`dreamer_parity.candidate.runtime.checkpoint`); a killed run started again with the same
 parameters and code resumes from it and writes the same records.  Only when the run
 completes are ``<out>/candidate/s<seed>/{records.jsonl, episodes.jsonl, run.json, timing.json,
 params.npz, DONE.json}`` written (``DONE.json`` last).
@@ -34,8 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from .. import params as paramslib
-from .. import records
+from ... import params as paramslib
+from ... import records
 
 __all__ = ["main", "run", "RunParamsError", "chunk_steps_for"]
 
@@ -79,8 +79,8 @@ def _fmt_s(s: float) -> str:
 
 
 def _default_agent(params: dict):
-    from . import agent as agentlib
-    from .config import AgentConfig
+    from .. import agent as agentlib
+    from ..config import AgentConfig
     return agentlib, AgentConfig.from_params(params)
 
 
@@ -101,7 +101,7 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
                    seeds, timing: dict, argv: dict, schedule: dict) -> None:
     import numpy as np
 
-    from ..provenance import collect
+    from ...provenance import collect
 
     prov = collect()
     for i, seed in enumerate(seeds):
@@ -155,7 +155,7 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     import jax.numpy as jnp
     import numpy as np
 
-    from ..schedule import Schedule, per_vector_step
+    from ...schedule import Schedule, per_vector_step
     from . import checkpoint as ckptlib
     from . import loop as looplib
     from . import program_store, recording, seedmesh
@@ -176,7 +176,7 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
                                        for p in paramslib.eval_points(params)],
                     chunk_steps=chunk_steps)
     agent_file = getattr(agent, "__file__", None)
-    # the seed layout changes float32 rounding (candidate/seedmesh.py): part of the key
+    # the seed layout changes float32 rounding (candidate/runtime/seedmesh.py): part of the key
     mesh = seedmesh.seed_mesh(len(seeds))
     key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
                           extra={"seed_devices": 1 if mesh is None else len(seeds)},
@@ -302,7 +302,7 @@ def _progress(c, chunk_steps, counts_all, updates_before, total_updates, n_seeds
 
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit code (2 on bad input)."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.candidate.run",
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.candidate.runtime.run",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--params", default="params.yaml", help="the params file")
     ap.add_argument("--out", required=True, help="output root; seed S goes to <out>/candidate/sS (the stage passes results)")
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
                     help="checkpoint root (default: $DREAMER_PARITY_WORK_DIR, else "
                          "${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs)")
     args = ap.parse_args(argv)
-    from ..provenance import REPO_ROOT, PinError, check_pins
+    from ...provenance import REPO_ROOT, PinError, check_pins
     try:
         params = paramslib.load(args.params)
         # what this process imports must be what requirements.lock pins (before any compile;
@@ -329,10 +329,10 @@ def main(argv=None) -> int:
     except (paramslib.ParamsError, RunParamsError, PinError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    # one host device per seed (candidate/seedmesh.py), before jax starts its CPU backend
+    # one host device per seed (candidate/runtime/seedmesh.py), before jax starts its CPU backend
     from . import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))
-    from ..provenance import relative_to_roots
+    from ...provenance import relative_to_roots
     from .checkpoint import user_cache_root
     roots = {"repo": REPO_ROOT, "cwd": Path.cwd(), "user-cache": user_cache_root()}
     run(params, args.out, args.work_dir,

@@ -38,7 +38,7 @@ def episodes_from_chunk(ep: dict, first_step: int, seed_index: int, seed: int) -
 
     Args:
       ep: numpy arrays ``[seeds, steps, envs]``: ``ended``, ``length``, ``score``,
-        ``terminal`` (:class:`dreamer_parity.candidate.loop.Programs`).
+        ``terminal`` (:class:`dreamer_parity.candidate.runtime.loop.Programs`).
       first_step: global index of the chunk's first vector step; the env step of vector
         step ``v`` produces per-env row ``v + 1``.
     """

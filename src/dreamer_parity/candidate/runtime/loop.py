@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
-from ..schedule import Schedule
+from ...schedule import Schedule
 from . import env as envlib
 from . import evaluate as evallib
 from . import replay as replaylib

@@ -45,7 +45,7 @@ import jax
 import jaxlib
 from jax import export
 
-from ..schedule import Schedule
+from ...schedule import Schedule
 from . import checkpoint as ckptlib
 from . import loop as looplib
 from . import seedmesh
