@@ -179,7 +179,7 @@ def test_compare_writes_the_additions(tmp_path):
     assert s["addition.rliable.reference.mean"] == pytest.approx(lv["reference"].mean() / 500)
     assert s["addition.rliable.candidate.mean"] == pytest.approx(lv["candidate"].mean() / 500)
     report = (tmp_path / "report.md").read_text()
-    assert "## Additions (not part of the pre-registered gate)" in report
+    assert "## Additions outside the gate: equivalence, rliable aggregates, collapse flags" in report
     assert "**FLAG**" in report and "plots/iqm.png" in report
     for name in ("iqm.png", "performance_profile.png"):
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -72,7 +72,7 @@ def test_cli_writes_every_output(tmp_path, monkeypatch):
     assert "[../docs/rounds/t3.md](../docs/rounds/t3.md)" in report
     assert "failed_rule = zero" in report and "D22" in report and "D2, shared" in report
     assert str(tmp_path) not in report
-    assert "Additions (not pre-registered)" in report
+    assert "Exploratory additions: seed bootstrap and power (not pre-registered)" in report
 
 
 def test_failing_check_exits_1_and_still_writes(tmp_path, monkeypatch, capsys):

@@ -1,7 +1,7 @@
 """Labelled additions to the pre-registered statistics (never part of a round's gate).
 
 Everything here is reported under ``addition.*`` in ``summary.json`` and in the report
-section "Additions (not part of the pre-registered gate)"; nothing here changes the
+section "Additions outside the gate"; nothing here changes the
 pre-registered decision, the reading or the checks.
 
 * **Primary statistic**: LATE when ``stats.late_rows`` is set, else S1 (per-seed values
@@ -341,10 +341,10 @@ def _p(x) -> str:
 
 
 def report_lines(add: dict) -> list[str]:
-    """The report section "Additions (not part of the pre-registered gate)"."""
+    """The report section "Additions outside the gate" (equivalence, rliable, collapse)."""
     t, rl = add["tost"], add["rliable"]
     name = add["primary"]
-    L = ["", "## Additions (not part of the pre-registered gate)", "",
+    L = ["", "## Additions outside the gate: equivalence, rliable aggregates, collapse flags", "",
          f"Computed on the primary statistic **{name}** ({len(add['primary_points'])} evaluation "
          "points per seed). None of these numbers enters the pre-registered decision, the reading "
          "or the checks.", "", "### Equivalence test (TOST)", ""]

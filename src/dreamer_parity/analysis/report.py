@@ -351,7 +351,7 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     if result["s2"].get("reason"):
         L += ["", f"S2: {result['s2']['reason']}."]
 
-    L += ["", "## Additions (not pre-registered)", "",
+    L += ["", "## Exploratory additions: seed bootstrap and power (not pre-registered)", "",
           "Percentile bootstrap 95% interval of the difference of means, resampling seeds within "
           f"each side (scipy.stats.bootstrap, 9999 resamples, generator seed {stats.BOOTSTRAP_SEED}); "
           "seeds per side a two-sided Welch test at alpha 0.05 needs for 80% power at the observed "
