@@ -50,14 +50,14 @@ test: venv
 	-$(PY) -m dreamer_parity.reference.setup
 	$(PY) -m pytest -q tests
 
-bench: setup
+bench: venv reference-setup
 	$(PY) benchmarks/bench_candidate.py
 	$(PY) benchmarks/bench_reference.py
 	$(PY) benchmarks/bench_analysis.py
 
 # The 3x speed target judged by the median of 3 alternated candidate/reference pairings
 # (about 15-20 minutes of both cores once the caches are warm; needs reference-setup).
-bench-ratio: setup
+bench-ratio: venv reference-setup
 	$(PY) benchmarks/pair_ratio.py --pairs 3
 
 clean-venv:

@@ -1,4 +1,4 @@
-"""A tiny stand-in agent with the CANDIDATE_API signatures, for the loop's tests.
+"""A tiny stand-in agent with the signatures of docs/CANDIDATE_AGENT.md, for the loop's tests.
 
 A linear policy; ``train_step`` nudges the parameters, counts updates, moves a fake
 return normaliser, echoes the stored latents plus one as its posteriors and returns a few

@@ -7,6 +7,7 @@ import pytest
 
 from dreamer_parity import records
 from dreamer_parity.analysis import compare, metrics_out, reference_check, report, synthetic
+from dreamer_parity.analysis.load import load_side
 from dreamer_parity.params import load, smoke_params, validate
 
 PUB = reference_check.PUBLISHED_DIR
@@ -112,3 +113,40 @@ def test_a_published_reference_or_another_grid_gives_no_check(tmp_path):
     res = compare.analyse(odd, tmp_path / "reference", tmp_path / "candidate")
     assert res["published_reference"]["rounds"] == []
     assert "rows 8000, eval_every 2000" in res["published_reference"]["reason"]
+
+
+def test_same_seed_finds_where_the_episodes_part(checked):
+    params, res = checked
+    run = res["sides"]["reference"]["runs"][0]
+    pub = {r.seed: r for r in load_side(
+        PUB / "round1", "reference", [0, 1, 2], "published")}
+    # the synthetic seed 0 is not the study's: its first point already differs
+    m = reference_check.same_seed(run, pub[0])
+    assert m["rows"] == list(range(2000, 20001, 2000))
+    assert (m["equal_through"], m["first_differ"], m["equal"][0]) == (None, 2000, False)
+    saved = list(run.eval_returns)
+    try:
+        # the study's seed-0 episodes at the first three points, then one return off by 1
+        for j in range(3):
+            run.eval_returns[j] = list(pub[0].eval_returns[j])
+        run.eval_returns[3] = [x + (1.0 if i == 9 else 0.0)
+                               for i, x in enumerate(pub[0].eval_returns[3])]
+        m = reference_check.same_seed(run, pub[0])
+        assert m["equal"][:4] == [True, True, True, False]
+        assert (m["equal_through"], m["first_differ"]) == (6000, 8000)
+        e = reference_check.check(params, res)["rounds"][0]
+        assert e["same_seed"][0]["equal_through"] == 6000
+        rc = {"rounds": [e], "reason": None, "seeds": [0]}
+        assert reference_check.summary_keys(rc)[
+            "published_reference.same_seed.s0.equal_through_rows"] == 6000
+        assert ("| seed 0: every episode return equal to the published seed 0's | 3 of 10 "
+                "points | | equal through 6000 rows, first differ at 8000 rows |"
+                ) in reference_check.report_lines(rc)
+    finally:
+        run.eval_returns[:] = saved
+    # a seed the study did not run gets no entry
+    run.seed = 7
+    try:
+        assert reference_check.check(params, res)["rounds"][0]["same_seed"] == []
+    finally:
+        run.seed = 0

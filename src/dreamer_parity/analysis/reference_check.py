@@ -13,7 +13,11 @@ from outside).  When the study published reference runs on the same evaluation g
   episodes of the flush step against the published ``evals.jsonl`` / ``timing.json``
   (deterministic: they must be equal);
 * wall seconds per update (ours: the loop without evaluations; theirs: the loop with
-  them, on the study's machine), for the record.
+  them, on the study's machine), for the record;
+* for a seed the study also ran, how far the two runs of that seed agree exactly: the
+  evaluation points whose every episode return is equal (:func:`same_seed`).  Equal
+  episodes mean equal policies; where they stop being equal is where thread timing first
+  changed the training (or where our runner differs).
 
 The published runs are not reproducible bit for bit (their prefetch threads and online
 queue depend on thread timing), so returns are compared as distributions.  A published
@@ -32,8 +36,8 @@ from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.load import AnalysisError, display_path, load_side
 from dreamer_parity.provenance import REPO_ROOT
 
-__all__ = ["PUBLISHED_DIR", "PUBLISHED_REFERENCE", "matching_rounds", "check", "summary_keys",
-           "report_lines"]
+__all__ = ["PUBLISHED_DIR", "PUBLISHED_REFERENCE", "matching_rounds", "same_seed", "check",
+           "summary_keys", "report_lines"]
 
 PUBLISHED_DIR = REPO_ROOT / "data" / "published"
 
@@ -99,6 +103,38 @@ def _published_s_per_update(run) -> float | None:
     return (t["t_end"] - t["t_loop_start"]) / float(run.evals["updates"].iloc[-1])
 
 
+def same_seed(ours, published) -> dict:
+    """Where two runs of the same seed give the same evaluation episodes.
+
+    Args:
+      ours, published: :class:`~dreamer_parity.analysis.load.Run` of one seed; their
+        ``eval_returns`` (per evaluation record, the list of episode returns) are compared
+        at the rows both logged.
+
+    Returns:
+      ``{"seed", "rows", "equal", "equal_through", "first_differ"}``: the common rows
+      (ints, increasing), per row whether every episode return is equal (bool, None where
+      either run logged no returns), the last row of the leading run of equal points
+      (None when the first already differs) and the first row that differs (None when
+      none does).
+    """
+    def by_row(run):
+        return {int(r): v for r, v in zip(run.evals["rows"], run.eval_returns)}
+    a, b = by_row(ours), by_row(published)
+    rows = sorted(set(a) & set(b))
+    equal = [None if a[r] is None or b[r] is None else
+             (len(a[r]) == len(b[r]) and all(float(x) == float(y) for x, y in zip(a[r], b[r])))
+             for r in rows]
+    through = first = None
+    for r, e in zip(rows, equal):
+        if e is True and first is None:
+            through = r
+        elif e is False and first is None:
+            first = r
+    return {"seed": int(ours.seed), "rows": rows, "equal": equal, "equal_through": through,
+            "first_differ": first}
+
+
 def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | None:
     """Compare the round's reference runs with each matching published round.
 
@@ -111,7 +147,8 @@ def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | Non
     Returns:
       None when the reference side is published, else ``{"rounds": [{"name",
       "same_protocol", "seeds", "s1", "eval", "concordance", "s2", "updates",
-      "first_update_row", "flush_episodes", "s_per_update"}], "reason"}`` (``reason`` set
+      "first_update_row", "flush_episodes", "s_per_update", "same_seed"}], "reason"}``
+      (``same_seed``: :func:`same_seed` per seed of ours that the round published; ``reason`` set
       and ``rounds`` empty when no published round has the round's grid).  Return-like
       entries hold ours per seed, the published ``{"lo", "hi", "mean", "values"}`` and
       ``inside`` per seed; count-like entries ours, theirs and ``equal``.
@@ -188,6 +225,9 @@ def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | Non
             "published": [_published_s_per_update(r) for r in pub],
             "note": "ours: the training loop without evaluations, this machine; published: "
                     "loop start to end including evaluations, on the study's machine"}
+        pub_by_seed = {r.seed: r for r in pub}
+        entry["same_seed"] = [same_seed(r, pub_by_seed[r.seed]) for r in runs
+                              if r.seed in pub_by_seed]
         out.append(entry)
     return {"rounds": out, "reason": None, "seeds": seeds}
 
@@ -215,6 +255,10 @@ def summary_keys(rc: dict | None) -> dict:
             out[f"{k}.{name}_equal.reason"] = "not recorded by every run (timing.json)"
     for i, s in enumerate(rc["seeds"]):
         out[f"{k}.S1.s{s}"] = e["s1"]["ours"][i]
+    for m in e.get("same_seed", []):
+        # rows of the leading equal points; 0 when the first point already differs
+        out[f"{k}.same_seed.s{m['seed']}.equal_through_rows"] = m["equal_through"] or 0
+        out[f"{k}.same_seed.s{m['seed']}.equal_points"] = sum(x is True for x in m["equal"])
     return out
 
 
@@ -265,6 +309,15 @@ def report_lines(rc: dict | None) -> list[str]:
         sp = e["s_per_update"]
         L.append(f"| wall s per update | {', '.join(_f(x, 3) for x in sp['ours'])} | "
                  f"{', '.join(_f(x, 3) for x in sp['published'])} | {sp['note']} |")
+        for m in e.get("same_seed", []):
+            n_eq = sum(x is True for x in m["equal"])
+            where = (("every point" if n_eq == len(m["rows"]) else "none differs where both "
+                      "logged returns") if m["first_differ"] is None else
+                     f"first differ at {m['first_differ']} rows" if m["equal_through"] is None else
+                     f"equal through {m['equal_through']} rows, first differ at "
+                     f"{m['first_differ']} rows")
+            L.append(f"| seed {m['seed']}: every episode return equal to the published seed "
+                     f"{m['seed']}'s | {n_eq} of {len(m['rows'])} points | | {where} |")
         inside = sum(bool(x) for p in e["eval"] for x in p["inside"])
         cells = sum(len(p["inside"]) for p in e["eval"])
         L += ["", f"Evaluation return per point ({inside} of {cells} of ours inside the published "

@@ -32,7 +32,7 @@ __all__ = ["FIXTURE_DIR", "load", "candidate_config", "initial_state", "batch", 
 
 FIXTURE_DIR = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "parity"
 
-#: Reference metrics the candidate does not produce, by design (CANDIDATE_API.md): the
+#: Reference metrics the candidate does not produce, by design (docs/CANDIDATE_AGENT.md): the
 #: subsample histograms, balance statistics of the reward and continue heads, and the
 #: parameter count.
 SKIPPED_PREFIXES = ("rewstats/", "constats/")
