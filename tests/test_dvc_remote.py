@@ -45,7 +45,7 @@ def locked_outs(repo: Path) -> dict[str, list[dict]]:
     return {name: st["outs"] for name, st in lock["stages"].items() if st.get("outs")}
 
 
-def restore_problems(repo: Path) -> list[str]:
+def restore_problems(repo: Path, stages=None) -> list[str]:
     """What differs between the workspace and ``dvc.lock``, checked without DVC.
 
     A file output must have the md5 that ``dvc.lock`` records; a directory output (md5
@@ -54,6 +54,8 @@ def restore_problems(repo: Path) -> list[str]:
     """
     problems = []
     for stage, outs in locked_outs(repo).items():
+        if stages is not None and stage not in stages:
+            continue
         for out in outs:
             path, md5 = repo / out["path"], out["md5"]
             if not path.exists():
@@ -156,3 +158,51 @@ def test_a_corrupted_object_fails_the_pull_naming_the_file(fresh_clone, tmp_path
     assert r.returncode != 0
     assert path in r.stderr and obj.parent.name + obj.name in r.stderr + r.stdout
     assert not (repo / path).exists()
+
+
+#: Rounds whose results live in an earlier commit of main, not at HEAD (docs name the
+#: commit): ``{round: commit}``.  HEAD's ``store/`` must still hold every object that
+#: commit's ``dvc.lock`` names, and a checkout of the commit must restore them.
+KEPT_ROUNDS = {"round1-reference-s0": "48879486c1b7f0edad58a25725eff6b63f5080c9"}
+
+
+@pytest.mark.parametrize("name", sorted(KEPT_ROUNDS))
+def test_a_round_kept_in_history_restores_from_a_fresh_clone(fresh_clone, tmp_path, name):
+    commit = KEPT_ROUNDS[name]
+    repo = copy_of(fresh_clone, tmp_path)
+    r = run("git", "cat-file", "-e", f"{commit}^{{commit}}", cwd=repo, check=False)
+    assert r.returncode == 0, f"{name}: commit {commit} is not in this clone's history"
+    at_head = set(run("git", "ls-tree", "-r", "--name-only", "HEAD", "store",
+                      cwd=repo).stdout.split())
+    # start from no outputs (another test may have pulled HEAD's round into the clone)
+    shutil.rmtree(repo / "results", ignore_errors=True)
+    run("git", "checkout", "-q", commit, "--", ".", cwd=repo)
+    assert yaml.safe_load((repo / "params.yaml").read_text())["round"] == name
+    # the stages of that round's dvc.yaml and params (its dvc.lock may keep entries of
+    # stages an earlier round had, e.g. reference@1-4; DVC ignores those)
+    stages = set(run(DVC, "stage", "list", "--name-only", cwd=repo).stdout.split())
+    outs = {k: v for k, v in locked_outs(repo).items() if k in stages}
+    assert {"candidate", "reference@0"} <= set(outs)
+
+    def obj(h):
+        return f"store/files/md5/{h[:2]}/{h[2:]}"
+    # HEAD's store still holds every object the round names (the store only grows);
+    # outputs with `cache: false` (metrics, plots, the report) live in git instead
+    in_git = set(run("git", "ls-tree", "-r", "--name-only", commit, cwd=repo).stdout.split())
+    for stage, entries in outs.items():
+        for out in entries:
+            if out["path"] in in_git:
+                continue
+            assert obj(out["md5"]) in at_head, f"{name}: {stage} {out['path']} not in HEAD's store"
+            if out["md5"].endswith(".dir"):
+                for e in json.loads((repo / obj(out["md5"])).read_text()):
+                    assert obj(e["md5"]) in at_head, \
+                        f"{name}: {out['path']}/{e['relpath']} not in HEAD's store"
+    run(DVC, "pull", *sorted(outs), cwd=repo)
+    assert restore_problems(repo, stages) == []
+    status = json.loads(run(DVC, "status", "--json", *sorted(outs), cwd=repo).stdout or "{}")
+    assert {k: v for k, v in status.items() if k in outs} == {}
+    # both sides' seed finished: their completion markers say so
+    for side in ("reference", "candidate"):
+        done = json.loads((repo / "results" / side / "s0" / "DONE.json").read_text())
+        assert done["status"] == "ok", side
