@@ -105,6 +105,21 @@ STUBS = {
     "src/dreamer_parity/analysis/compare.py": STUB_COMPARE,
 }
 
+# The stand-in round runs the reference stage without the reference set-up (CI has no
+# reference checkout): preflight's set-up check is stood in for as well.  The real check is
+# exercised by test_preflight_reports_a_missing_reference_setup and the bad-input tests.
+STUB_SETUP = '''
+class SetupError(Exception):
+    """Stand-in of dreamer_parity.reference.setup.SetupError."""
+
+
+def check_setup(root=None, check_packages=True):
+    """Stand-in: the set-up is taken as present."""
+    return {"checkout": "stand-in", "venv": "stand-in"}
+'''
+
+STUBS_NO_SETUP = {**STUBS, "src/dreamer_parity/reference/setup.py": STUB_SETUP}
+
 SMALL = {"seeds": [0, 1], "round": "smoke"}
 
 
@@ -252,7 +267,7 @@ def test_bad_input_fails_before_any_stage_runs(fresh_clone, tmp_path, flat, line
 
 @pytest.fixture(scope="module")
 def stub_round(tmp_path_factory):
-    clone = make_clone(tmp_path_factory.mktemp("pipe-stub"), overlay=STUBS)
+    clone = make_clone(tmp_path_factory.mktemp("pipe-stub"), overlay=STUBS_NO_SETUP)
     set_params(clone, **SMALL)
     git(clone, "commit", "-qam", "smoke-size parameters")
     first = dvc(clone, "repro")
