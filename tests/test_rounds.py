@@ -30,8 +30,9 @@ def git(root, *args) -> str:
     return r.stdout.strip()
 
 
-def put(store: Path, data: bytes) -> str:
-    md5 = hashlib.md5(data).hexdigest()
+def put(store: Path, data: bytes, suffix: str = "") -> str:
+    """Put ``data`` into the store as DVC 3 does (``files/md5/ab/cdef...[.dir]``)."""
+    md5 = hashlib.md5(data).hexdigest() + suffix
     p = store / "files" / "md5" / md5[:2] / md5[2:]
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_bytes(data)
@@ -49,12 +50,12 @@ def commit_round(root: Path, name: str, summary: dict, files=(b"a", b"b")) -> st
     (root / "docs" / "rounds" / f"{name}.md").write_text("pre-registration\n")
     one = put(store, f"preflight ok {name}\n".encode())
     listing = [{"md5": put(store, d), "relpath": f"f{i}"} for i, d in enumerate(files)]
-    dir_md5 = put(store, json.dumps(listing).encode())
+    dir_md5 = put(store, json.dumps(listing).encode(), ".dir")
     (root / "dvc.lock").write_text(
         "schema: '2.0'\nstages:\n  preflight:\n    cmd: x\n    outs:\n"
         f"    - path: results/preflight.ok\n      hash: md5\n      md5: {one}\n"
         "  run:\n    cmd: y\n    outs:\n"
-        f"    - path: results/candidate\n      hash: md5\n      md5: {dir_md5}.dir\n"
+        f"    - path: results/candidate\n      hash: md5\n      md5: {dir_md5}\n"
         "  compare:\n    cmd: z\n    outs:\n"
         "    - path: metrics/summary.json\n      hash: md5\n      md5: 0\n")
     (root / "metrics").mkdir(exist_ok=True)
@@ -67,7 +68,7 @@ def commit_round(root: Path, name: str, summary: dict, files=(b"a", b"b")) -> st
 def write_index(root: Path, entries: dict) -> None:
     lines = ["# kept rounds"]
     for name, c in entries.items():
-        lines += [f"{name}:", f"  commit: {c}", f"  about: the round {name}"]
+        lines += [f"{name}:", f"  commit: '{c}'", f"  about: the round {name}"]
     p = root / rounds.INDEX
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text("\n".join(lines) + "\n")

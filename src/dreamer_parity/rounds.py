@@ -17,7 +17,8 @@ round3-candidate) HEAD`` where they do not (a clone or an archive that dropped t
 The index file (YAML; a mapping, comments allowed)::
 
     <name>:                 # letters, digits, '-', '_' (the round's `round` value)
-      commit: <40 hex>      # the commit that holds the round
+      commit: '<40 hex>'    # the commit that holds the round (quoted: YAML reads
+                            # a hash of digits only as a number)
       about: <one line>     # what the round is
 
 ``check`` verifies per entry: the commit exists and is an ancestor of HEAD; its
@@ -273,8 +274,8 @@ def pin(root, name: str, path: str = INDEX) -> str:
                           f"params.yaml round {name}")
     p = Path(root) / path
     text = p.read_text(encoding="utf-8")
-    pat = re.compile(rf"(^{re.escape(name)}:\s*\n(?:[ \t]+.*\n|\s*\n|#.*\n)*?[ \t]+commit:\s*){old}",
-                     re.M)
+    pat = re.compile(rf"(^{re.escape(name)}:\s*\n(?:[ \t]+.*\n|\s*\n|#.*\n)*?[ \t]+commit:\s*"
+                     rf"[\'\"]?){old}", re.M)
     text, n = pat.subn(lambda m: m.group(1) + new, text, count=1)
     if n != 1:
         raise RoundsError(f"{path}: {name}: its commit line was not found to rewrite")
