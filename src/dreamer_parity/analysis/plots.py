@@ -106,19 +106,21 @@ def _s2_curve(result: dict, path: Path) -> None:
         _placeholder(path, title, s2.get("reason") or "no side has training episodes")
         return
     pts = np.asarray(result["points"])
+    ok = {side: np.isfinite(mat).all(axis=0) for side, mat in curves.items()}
+    if not any(v.any() for v in ok.values()):
+        _placeholder(path, title, "S2 undefined at every point (an env of some seed has no "
+                                  "finished episode)")
+        return
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for side in ("reference", "candidate"):
         mat = curves.get(side)
-        if mat is None:
+        if mat is None or not ok[side].any():
             continue
-        with np.errstate(all="ignore"):
-            ok = np.isfinite(mat).all(axis=0)
-        if not ok.any():
-            continue
-        m = mat[:, ok]
-        ax.fill_between(pts[ok], m.min(axis=0), m.max(axis=0), color=COLORS[side], alpha=0.2,
+        m = mat[:, ok[side]]
+        x = pts[ok[side]]
+        ax.fill_between(x, m.min(axis=0), m.max(axis=0), color=COLORS[side], alpha=0.2,
                         label=f"{side} seed [min, max]")
-        ax.plot(pts[ok], m.mean(axis=0), color=COLORS[side], lw=2, marker="o", ms=3,
+        ax.plot(x, m.mean(axis=0), color=COLORS[side], lw=2, marker="o", ms=3,
                 label=f"{side} mean over {m.shape[0]} seeds")
     absent = [f"{side}: none ({why})" for side, why in s2.get("side_reason", {}).items() if why]
     ax.set_xlabel("rows (environment transitions over all 16 envs)")
