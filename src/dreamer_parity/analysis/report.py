@@ -434,8 +434,9 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     L += ["", "## Evaluation curve (mean return of the evaluation episodes)", ""]
     L += _curve_table(result, "eval")
     L += ["", "## S2 curve (training-episode rolling mean)", ""]
-    L += [f"* {side}: none ({why})" for side, why in result["s2"].get("side_reason", {}).items()
-          if why]
+    absent = [f"* {side}: none ({why})" for side, why in result["s2"].get("side_reason", {}).items()
+              if why]
+    L += absent + ([""] if absent else [])
     L += (_curve_table(result, "s2") if result["s2"].get("curve") else [f"n/a: {result['s2']['reason']}"])
 
     t = result["windows"]["table"]
