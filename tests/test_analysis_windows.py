@@ -114,7 +114,11 @@ def test_candidate_against_published_side(tmp_path, runs, monkeypatch):
         {f"{m}.candidate.windows" for m in windows.WINDOW_METRICS}
     assert not [k for k in w if "overlap" in k or ".reference." in k]
     files = sorted(p.name for p in (tmp_path / "metrics" / "plots" / "windows").iterdir())
-    assert files == sorted(f"candidate_{windows.slug(m)}.csv" for m in windows.WINDOW_METRICS)
+    assert files == sorted(f"{side}_{windows.slug(m)}.csv" for m in windows.WINDOW_METRICS
+                           for side in records.SIDES)
+    # the published side's files hold the header only
+    assert (tmp_path / "metrics" / "plots" / "windows" / "reference_val_std.csv").read_text() == \
+        "rows,mean,lo,hi,n\n"
     csv = pd.read_csv(tmp_path / "metrics" / "plots" / "windows" / "candidate_ent_action_mean.csv")
     assert list(csv.columns) == ["rows", "mean", "lo", "hi", "n", "s0", "s1", "s2"]
     assert csv["rows"].tolist() == [800, 1200, 1600, 2000, 2400]
@@ -146,12 +150,15 @@ def test_both_sides_overlap_per_window_and_stale_files_go(tmp_path, runs, monkey
     s = json.loads((tmp_path / "metrics" / "summary.json").read_text())
     assert s["S2.A"] == pytest.approx(s["S2.candidate.mean"])
     assert s["entropy.reference.w1200.mean"] == pytest.approx(s["entropy.candidate.w1200.mean"])
-    names = {p.name for p in (tmp_path / "metrics" / "plots" / "windows").iterdir()}
-    assert "reference_val_std.csv" in names and len(names) == 10
-    # the same outputs against the published side: the reference's CSVs are gone
+    wdir = tmp_path / "metrics" / "plots" / "windows"
+    assert len(list(wdir.iterdir())) == 10
+    assert len(pd.read_csv(wdir / "reference_val_std.csv")) == 5
+    # the same outputs against the published side: the reference's windows are gone, and a
+    # stray file in the directory too (the directory is replaced as a whole)
+    (wdir / "stray.csv").write_text("x\n")
     assert run_compare(tmp_path, runs / "published", runs / "candidate") == 0
-    names = {p.name for p in (tmp_path / "metrics" / "plots" / "windows").iterdir()}
-    assert len(names) == 5 and not [n for n in names if n.startswith("reference_")]
+    assert len(list(wdir.iterdir())) == 10
+    assert len(pd.read_csv(wdir / "reference_val_std.csv")) == 0
 
 
 def test_side_windows_reason_and_nan_windows():

@@ -22,7 +22,8 @@ Outputs (written by :func:`write`):
     ``<side>.reason`` for a side without windows, ``round``.
 ``metrics/plots/windows/<side>_<slug>.csv``
     ``rows, mean, lo, hi, n`` plus one column ``s<seed>`` per seed; one file per side
-    that has windows and metric (``slug``: the metric name with ``/`` as ``_``).
+    and metric (``slug``: the metric name with ``/`` as ``_``), the header only where
+    that side has no such windows (DVC refuses an empty output directory).
 ``metrics/plots/windows.png``
     one panel per metric: each side's mean over seeds and seed [min, max] band; a side
     without windows is named in the title with its reason.
@@ -188,18 +189,22 @@ def s2_side(runs: list[Run], points: list[int], rule: str) -> dict:
 
 
 def csv_frames(win: dict) -> dict[str, pd.DataFrame]:
-    """``{file name: frame}`` of the per-side window CSVs (see the module docstring)."""
+    """``{file name: frame}`` of the per-side window CSVs, one per side and metric (see
+    the module docstring); a side or metric without windows gets the header only, so the
+    directory (a DVC output) always holds the same files."""
     out = {}
     for side in SIDES:
         sw = win["sides"][side]
-        if sw["reason"] is not None:
-            continue
-        for m, w in sw["metrics"].items():
+        for m in win["metrics"]:
+            if sw["reason"] is not None or m not in sw["metrics"]:
+                out[f"{side}_{slug(m)}.csv"] = pd.DataFrame(columns=["rows", "mean", "lo", "hi", "n"])
+                continue
+            w = sw["metrics"][m]
             keep = w["n"] > 0
             df = pd.DataFrame({"rows": sw["rows"][keep], "mean": w["mean"][keep],
                                "lo": w["lo"][keep], "hi": w["hi"][keep], "n": w["n"][keep]})
-            for i, s in enumerate(sw["seeds"]):
-                df[f"s{s}"] = w["values"][i][keep]
+            for i, seed in enumerate(sw["seeds"]):
+                df[f"s{seed}"] = w["values"][i][keep]
             out[f"{side}_{slug(m)}.csv"] = df
     return out
 
