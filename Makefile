@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check
+.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags
 
 venv: $(STAMP)
 
@@ -59,6 +59,11 @@ bench: venv reference-setup
 # (about 15-20 minutes of both cores once the caches are warm; needs reference-setup).
 bench-ratio: venv reference-setup
 	$(PY) benchmarks/pair_ratio.py --pairs 3
+
+# A git tag per kept round of docs/rounds/index.yaml (FORCE=1 moves a tag that differs),
+# so that `dvc metrics diff <round> <round>` takes round names (docs/rounds/README.md).
+round-tags: venv
+	$(PY) -m dreamer_parity.rounds tag $(if $(FORCE),--force)
 
 clean-venv:
 	rm -rf $(VENV)

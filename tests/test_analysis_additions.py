@@ -273,7 +273,7 @@ def test_plots_diff_renders_two_revisions_offline(tmp_path):
     assert by[("a", "reference", "0", 1200.0)] == 100.0
     assert by[("HEAD", "reference", "0", 1200.0)] == 400.0
     spec = json.loads(spec_out.read_text())
-    assert len(spec["data"]["values"]) == 24
+    assert len(spec["vconcat"][0]["data"]["values"]) == 24
     # the CLI: an unknown target is a one-line error, exit 2
     assert plots_diff.main(["a", "HEAD", "--repo", str(repo), "--target", "nope.csv",
                             "--out", str(tmp_path / "x.png")]) == 2

@@ -93,8 +93,11 @@ R.write_json(Path(a.metrics_dir) / "summary.json", {
     "good_return": p["stats"]["good_return"]})
 pl = Path(a.plots_dir); pl.mkdir(parents=True, exist_ok=True)
 for n in ("eval_curve.csv", "entropy_windows.csv", "eval_curves.png", "s2_curve.png",
-          "entropy_windows.png", "iqm.png", "performance_profile.png"):
+          "entropy_windows.png", "iqm.png", "performance_profile.png", "windows.png",
+          "windows/candidate_val_std.csv"):
+    (pl / n).parent.mkdir(parents=True, exist_ok=True)
     (pl / n).write_text(n)
+R.write_json(Path(a.metrics_dir) / "windows.json", {"round": p["round"]})
 Path(a.report).write_text(f"reference {a.reference}\\nprereg {a.prereg}\\n")
 '''
 

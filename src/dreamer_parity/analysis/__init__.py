@@ -20,6 +20,9 @@ Modules (one job each):
 ``gate``         the round's gate from params (``gate.*``), against a reference that ran
                  or a published one
 ``compare``      :func:`compare.analyse` and the CLI of the DVC stage
-``plots_diff``   two revisions' evaluation curves on one axis, offline (vl-convert)
+``windows``      each side's own S2 and training-metric windows (also against a published
+                 side): ``windows.json``, ``plots/windows/*.csv``, ``windows.png``
+``plots_diff``   two rounds' evaluation, S2 and window curves overlaid, offline (vl-convert);
+                 rounds by name, directory or revision
 ``synthetic``    consistent synthetic runs for tests and the benchmark
 """

@@ -14,7 +14,9 @@ detected automatically.  When params ``reference.source`` is a path instead of
 report says so).
 
 Outputs (fixed names): ``<metrics>/summary.json`` (flat keys, no NaN: null plus a
-``.reason`` key), ``<plots>/eval_curve.csv``, ``<plots>/entropy_windows.csv``,
+``.reason`` key), ``<metrics>/windows.json``, ``<plots>/windows/*.csv`` and
+``<plots>/windows.png`` (each side's own training-metric windows, :mod:`windows`),
+``<plots>/eval_curve.csv``, ``<plots>/entropy_windows.csv``,
 ``<plots>/eval_curves.png``, ``<plots>/s2_curve.png``, ``<plots>/entropy_windows.png``,
 the additions' ``<plots>/iqm.png`` and ``<plots>/performance_profile.png``, and the report.
 
@@ -55,7 +57,10 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     Returns:
       A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
       ``params, points, sides, eval, s1, s2, late, concordance, reading, windows,
-      entropy, checks, failed_seeds, additions`` (:func:`additions.compute`).  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
+      entropy, side_windows, checks, failed_seeds, additions``.  ``s2`` holds each side's
+      curve and last-row values where that side has training episodes (``side_reason``
+      per side), the decision only when both have them; ``side_windows`` is
+      :func:`windows.compute` (each side's own windows) (:func:`additions.compute`).  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
 
     Raises:
       AnalysisError / RecordError: bad input, before any statistic is computed.
@@ -85,17 +90,22 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     out["s1"] = {"rows": list(st["s1_rows"]), "values": s1,
                  "decision": stats.decide(s1["candidate"], s1["reference"], "S1", seeds)}
 
-    no_eps = [r for r in ref + cand if r.episodes is None]
-    if no_eps:
-        out["s2"] = {"reason": f"S2 not available: {no_eps[0].side} seed {no_eps[0].seed}: "
-                               f"{no_eps[0].unavailable.get('episodes', 'no episode log')}",
-                     "row": points[-1]}
+    # S2 of each side that has training episodes; the decision only when both have them
+    from dreamer_parity.analysis import windows as windows_mod
+    s2_sides = {"reference": windows_mod.s2_side(ref, points, rule),
+                "candidate": windows_mod.s2_side(cand, points, rule)}
+    out["s2"] = {"row": points[-1],
+                 "curve": {k: v["curve"] for k, v in s2_sides.items() if v["reason"] is None},
+                 "values": {k: v["values"] for k, v in s2_sides.items() if v["reason"] is None},
+                 "side_reason": {k: v["reason"] for k, v in s2_sides.items()}}
+    missing = [v["reason"] for v in s2_sides.values() if v["reason"] is not None]
+    if missing:
+        out["s2"]["reason"] = f"no comparison: {missing[0]}"
     else:
-        mats = {"reference": stats.s2_matrix(ref, points, rule), "candidate": stats.s2_matrix(cand, points, rule)}
-        last = {k: v[:, -1] for k, v in mats.items()}
-        out["s2"] = {"reason": None, "row": points[-1], "curve": mats, "values": last,
-                     "decision": stats.decide(last["candidate"], last["reference"],
-                                                 f"S2({points[-1]})", seeds)}
+        last = out["s2"]["values"]
+        out["s2"]["reason"] = None
+        out["s2"]["decision"] = stats.decide(last["candidate"], last["reference"],
+                                             f"S2({points[-1]})", seeds)
 
     if st["late_rows"]:
         lp = stats.late_points(points, st["late_rows"])
@@ -117,6 +127,7 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
     ent_reason = reason if table is None else (
         None if n_win else f"{stats.ENTROPY} not reported by both sides")
     out["entropy"] = {"overlap": n_ov, "windows": n_win, "reason": ent_reason}
+    out["side_windows"] = windows_mod.compute({"reference": ref, "candidate": cand})
 
     out["checks"] = checks_mod.run_checks(params, ref, cand)
     out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]
@@ -171,8 +182,13 @@ def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None
                   notes: list[str] | None = None, figures: bool = True) -> None:
     """Write summary.json, the plot CSVs, the PNG figures and the report (atomically)."""
     from dreamer_parity.analysis import metrics_out, report
+    from dreamer_parity.analysis import windows
     metrics_out.write_summary(result, Path(metrics_dir) / "summary.json")
     metrics_out.write_plot_data(result, Path(plots_dir))
+    if "side_windows" in result:
+        from dreamer_parity.analysis.plots import caption
+        windows.write(result["side_windows"], Path(metrics_dir) / "windows.json", plots_dir,
+                      result["params"]["round"], caption=caption())
     if figures:
         from dreamer_parity.analysis import plots
         plots.write_figures(result, Path(plots_dir))

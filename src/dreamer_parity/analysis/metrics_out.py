@@ -3,16 +3,20 @@
 ``summary.json`` holds one flat dict (keys with dots print well in ``dvc metrics
 show/diff``).  Per statistic ``X`` in ``S1``, ``S2`` (at the last row), ``LATE``:
 
+``X.reference.s<seed>``, ``X.candidate.s<seed>``, ``X.<side>.mean`` for every side that
+has the statistic (S2: a side with training episodes, also against a published side,
+whose absence is ``S2.<side>.reason``); where both sides have it, the decision
 ``X.A, X.lo, X.hi, X.LEARNS, X.WITHIN_RANGE, X.diff`` (mean candidate - mean reference),
-``X.welch_t, X.welch_p, X.welch_df, X.welch.reason``, ``X.reference.s<seed>``,
-``X.candidate.s<seed>``, ``X.reference.mean``, ``X.reason`` (whole statistic not
-available), and the additions (not pre-registered) ``X.addition.boot_lo``,
+``X.welch_t, X.welch_p, X.welch_df, X.welch.reason``, ``X.reason`` (no decision), and
+the additions (not pre-registered) ``X.addition.boot_lo``,
 ``X.addition.boot_hi``, ``X.addition.boot.reason``, ``X.addition.seeds_needed``,
 ``X.addition.effect``, ``X.addition.seeds_needed.reason``.
 
 Also ``concordance.<side>.at_<row>``, ``concordance.<side>.rate``,
 ``concordance.H1/H3/candidate_better/reading`` (+ ``.reason``), ``entropy.overlap_windows``,
-``entropy.windows``, ``entropy.w<row>.overlap``, ``entropy.w<row>.ratio``, ``checks.*``,
+``entropy.windows``, ``entropy.w<row>.overlap``, ``entropy.w<row>.ratio`` (both sides),
+``entropy.<side>.w<row>.mean|lo|hi`` and ``entropy.<side>.windows`` for each side that
+has windows (:func:`windows.entropy_keys`; ``entropy.<side>.reason`` otherwise), ``checks.*``,
 ``failed_seeds.<side>``, ``failed_rule``, and the labelled additions ``addition.*``
 (:func:`additions.summary_keys`: ``addition.tost.*``, ``addition.rliable.*``,
 ``addition.collapse.<side>.s<seed>`` with ``.best``, ``.best_row``, ``.final``).  Every
@@ -62,19 +66,17 @@ def _num(x):
 
 
 def _stat_keys(out: dict, name: str, block: dict | None, seeds: list[int]) -> None:
+    """Keys of one statistic: per side and seed where the side has values (S2 of a side
+    with training episodes against a published side), the decision where both have."""
     if block is None or block.get("reason") and "decision" not in block:
         out[f"{name}.reason"] = (block or {}).get("reason") or "not computed"
+        for side, why in (block or {}).get("side_reason", {}).items():
+            if why:
+                out[f"{name}.{side}.reason"] = why
+        _side_keys(out, name, (block or {}).get("values", {}), seeds)
         return
     d = block["decision"]
-    for side in ("reference", "candidate"):
-        vals = block["values"][side]
-        for s, v in zip(seeds, vals):
-            out[f"{name}.{side}.s{s}"] = _num(v)
-            if _num(v) is None:
-                out[f"{name}.{side}.s{s}.reason"] = "undefined (an env had no finished episode)" \
-                    if name == "S2" else "undefined"
-        m = _num(np.mean(vals)) if len(vals) and np.isfinite(vals).all() else None
-        out[f"{name}.{side}.mean"] = m
+    _side_keys(out, name, block["values"], seeds)
     for key in ("A", "lo", "hi", "diff", "LEARNS", "WITHIN_RANGE"):
         out[f"{name}.{key}"] = _num(d[key])
     if d["reason"]:
@@ -92,6 +94,21 @@ def _stat_keys(out: dict, name: str, block: dict | None, seeds: list[int]) -> No
     out[f"{name}.addition.effect"] = _num(p["effect"])
     if p["reason"]:
         out[f"{name}.addition.seeds_needed.reason"] = p["reason"]
+
+
+def _side_keys(out: dict, name: str, values: dict, seeds: list[int]) -> None:
+    """``<name>.<side>.s<seed>`` and ``<name>.<side>.mean`` of every side in ``values``."""
+    for side in ("reference", "candidate"):
+        if side not in values:
+            continue
+        vals = values[side]
+        for s, v in zip(seeds, vals):
+            out[f"{name}.{side}.s{s}"] = _num(v)
+            if _num(v) is None:
+                out[f"{name}.{side}.s{s}.reason"] = "undefined (an env had no finished episode)" \
+                    if name == "S2" else "undefined"
+        m = _num(np.mean(vals)) if len(vals) and np.isfinite(vals).all() else None
+        out[f"{name}.{side}.mean"] = m
 
 
 def summary(result: dict) -> dict:
@@ -134,7 +151,10 @@ def summary(result: dict) -> dict:
     e = result["entropy"]
     out["entropy.overlap_windows"], out["entropy.windows"] = e["overlap"], e["windows"]
     if e["reason"]:
-        out["entropy.reason"] = e["reason"]
+        out["entropy.reason"] = f"no comparison: {e['reason']}"
+    if result.get("side_windows") is not None:
+        from dreamer_parity.analysis import windows
+        out.update(windows.entropy_keys(result["side_windows"]))
     t = result["windows"]["table"]
     if t is not None:
         for _, row in t[t["metric"] == stats.ENTROPY].iterrows():
@@ -245,17 +265,24 @@ def eval_curve_frame(result: dict) -> pd.DataFrame:
 
 
 def entropy_frame(result: dict) -> pd.DataFrame:
-    """The actor-entropy windows: ``rows, side, mean, lo, hi, overlap`` (empty if absent)."""
-    t = result["windows"]["table"]
+    """The actor-entropy windows of each side that has them: ``rows, side, mean, lo, hi,
+    overlap`` (``overlap`` empty unless both sides have the window; windows without a
+    finite value skipped; empty frame when no side has windows)."""
     cols = ["rows", "side", "mean", "lo", "hi", "overlap"]
-    if t is None:
+    win = result.get("side_windows")
+    if win is None:
         return pd.DataFrame(columns=cols)
-    e = t[t["metric"] == stats.ENTROPY]
+    ov = win["overlap"].get(stats.ENTROPY, {})
     rows = []
-    for _, r in e.iterrows():
-        for side in ("reference", "candidate"):
-            rows.append({"rows": r["rows"], "side": side, "mean": r[f"{side}_mean"],
-                         "lo": r[f"{side}_lo"], "hi": r[f"{side}_hi"], "overlap": r["overlap"]})
+    for side in ("reference", "candidate"):
+        sw = win["sides"][side]
+        if sw["reason"] is not None or stats.ENTROPY not in sw["metrics"]:
+            continue
+        w = sw["metrics"][stats.ENTROPY]
+        for j, r in enumerate(sw["rows"].tolist()):
+            if w["n"][j]:
+                rows.append({"rows": r, "side": side, "mean": w["mean"][j], "lo": w["lo"][j],
+                             "hi": w["hi"][j], "overlap": ov.get(r)})
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -3,10 +3,12 @@
 * ``eval_curves.png``: evaluation mean return per seed (thin) and mean over seeds
   (thick) per side, against rows; the S1 rows and the LATE range marked; the published
   study's own candidate, when the reference side holds one, as a dashed mean (context).
-* ``s2_curve.png``: S2 (training-episode rolling mean) per side, mean with the seed
-  [min, max] band; a labelled placeholder when S2 is not available.
+* ``s2_curve.png``: S2 (training-episode rolling mean) of each side that has training
+  episodes, mean with the seed [min, max] band; a side without them is named in the
+  title with its reason (a placeholder only when neither side has them).
 * ``entropy_windows.png``: actor entropy ``ent/action/mean`` window means with the seed
-  [min, max] range per side; a labelled placeholder when not available.
+  [min, max] band, each side that has windows (:mod:`windows`); likewise labelled.
+* ``windows.png`` (:func:`windows.write`): the five pre-registered window metrics.
 * ``iqm.png``, ``performance_profile.png``: the rliable additions
   (:func:`additions.write_figures`).
 """
@@ -24,12 +26,14 @@ import numpy as np  # noqa: E402
 
 from dreamer_parity.analysis import stats  # noqa: E402
 
-__all__ = ["write_figures", "COLORS"]
+__all__ = ["write_figures", "save_figure", "caption", "COLORS"]
 
 COLORS = {"reference": "tab:blue", "candidate": "tab:orange", "study_candidate": "tab:green"}
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
+    """Save ``fig`` as PNG at ``path`` through a temporary file and a rename; closes it."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
@@ -37,12 +41,25 @@ def _save(fig, path: Path) -> None:
     os.replace(tmp, path)
 
 
+_save = save_figure   # the name additions.py calls
+
+
+def caption(command: str = "dvc repro compare") -> str:
+    """The line a figure carries: UTC date, machine (OS, architecture, CPU count) and the
+    command that reproduces it."""
+    import datetime
+    import platform
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"made {day} on {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs; "
+            f"reproduce: {command}")
+
+
 def _placeholder(path: Path, title: str, reason: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.set_axis_off()
     ax.set_title(title)
     ax.text(0.5, 0.5, f"not available:\n{reason}", ha="center", va="center", wrap=True)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _eval_curves(result: dict, path: Path) -> None:
@@ -75,62 +92,77 @@ def _eval_curves(result: dict, path: Path) -> None:
                  f"dotted: S1 rows)")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _s2_curve(result: dict, path: Path) -> None:
+    """Each side's S2 curve on its own (mean, seed band); a side without episodes is
+    named with its reason in the title, never drawn as "not available" for all."""
     p = result["params"]
     s2 = result["s2"]
     title = f"{p['round']}: S2, training-episode rolling mean (last 10 per env, 16 envs)"
-    if s2.get("reason"):
-        _placeholder(path, title, s2["reason"])
+    curves = s2.get("curve", {})
+    if not curves:
+        _placeholder(path, title, s2.get("reason") or "no side has training episodes")
         return
     pts = np.asarray(result["points"])
+    ok = {side: np.isfinite(mat).all(axis=0) for side, mat in curves.items()}
+    if not any(v.any() for v in ok.values()):
+        _placeholder(path, title, "S2 undefined at every point (an env of some seed has no "
+                                  "finished episode)")
+        return
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for side in ("reference", "candidate"):
-        mat = s2["curve"][side]
-        with np.errstate(all="ignore"):
-            ok = np.isfinite(mat).all(axis=0)
-        if not ok.any():
+        mat = curves.get(side)
+        if mat is None or not ok[side].any():
             continue
-        m = mat[:, ok]
-        ax.fill_between(pts[ok], m.min(axis=0), m.max(axis=0), color=COLORS[side], alpha=0.2,
+        m = mat[:, ok[side]]
+        x = pts[ok[side]]
+        ax.fill_between(x, m.min(axis=0), m.max(axis=0), color=COLORS[side], alpha=0.2,
                         label=f"{side} seed [min, max]")
-        ax.plot(pts[ok], m.mean(axis=0), color=COLORS[side], lw=2, marker="o", ms=3,
+        ax.plot(x, m.mean(axis=0), color=COLORS[side], lw=2, marker="o", ms=3,
                 label=f"{side} mean over {m.shape[0]} seeds")
+    absent = [f"{side}: none ({why})" for side, why in s2.get("side_reason", {}).items() if why]
     ax.set_xlabel("rows (environment transitions over all 16 envs)")
     ax.set_ylabel("S2: mean training-episode return (steps)")
-    ax.set_title(title)
+    ax.set_title(title + ("\n" + "; ".join(absent) if absent else ""), fontsize=9)
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    fig.text(0.01, -0.02, caption(), fontsize=6, va="top")
+    save_figure(fig, path)
 
 
 def _entropy(result: dict, path: Path) -> None:
+    """Actor entropy per window, each side that has windows (mean, seed [min, max])."""
     p = result["params"]
     title = f"{p['round']}: actor entropy {stats.ENTROPY} per window (seed [min, max])"
-    t = result["windows"]["table"]
-    e = result["entropy"]
-    if t is None or not e["windows"]:
-        _placeholder(path, title, e["reason"] or "not reported")
+    win = result.get("side_windows")
+    drawn = [s for s in ("reference", "candidate") if win is not None and
+             win["sides"][s]["reason"] is None and stats.ENTROPY in win["sides"][s]["metrics"]]
+    if not drawn:
+        _placeholder(path, title, result["entropy"]["reason"] or "not reported")
         return
-    t = t[t["metric"] == stats.ENTROPY]
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    width = 0.12 * float(np.min(np.diff(t["rows"]))) if len(t) > 1 else 100.0
-    for k, side in enumerate(("reference", "candidate")):
-        ok = t[f"{side}_n"] > 0
-        x = t["rows"][ok].to_numpy(dtype=float) + (k - 0.5) * width
-        mean = t[f"{side}_mean"][ok].to_numpy(dtype=float)
-        lo = t[f"{side}_lo"][ok].to_numpy(dtype=float)
-        hi = t[f"{side}_hi"][ok].to_numpy(dtype=float)
-        ax.errorbar(x, mean, yerr=[mean - lo, hi - mean], fmt="o-", color=COLORS[side], capsize=3,
-                    ms=4, lw=1.2, label=f"{side} mean, seed [min, max]")
+    for side in drawn:
+        sw = win["sides"][side]
+        w = sw["metrics"][stats.ENTROPY]
+        ok = w["n"] > 0
+        x, mean = sw["rows"][ok].astype(float), w["mean"][ok]
+        ax.fill_between(x, w["lo"][ok], w["hi"][ok], color=COLORS[side], alpha=0.2,
+                        label=f"{side} seed [min, max]")
+        ax.plot(x, mean, "o-", color=COLORS[side], ms=3, lw=1.2,
+                label=f"{side} mean over {len(sw['seeds'])} seeds")
+    e = result["entropy"]
+    sub = (f"ranges overlap in {e['overlap']} of {e['windows']} windows" if e["windows"] else
+           "; ".join(f"{s}: none ({win['sides'][s]['reason']})" for s in ("reference", "candidate")
+                     if s not in drawn))
     ax.set_xlabel("rows at the window's end (environment transitions over all 16 envs)")
     ax.set_ylabel("actor entropy (nats)")
-    ax.set_title(f"{title}\nranges overlap in {e['overlap']} of {e['windows']} windows")
+    ax.set_title(f"{title}\n{sub}", fontsize=9)
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    fig.text(0.01, -0.02, caption(), fontsize=6, va="top")
+    save_figure(fig, path)
 
 
 def write_figures(result: dict, plots_dir) -> None:

@@ -1,95 +1,247 @@
-"""Evaluation curves of two (or more) revisions on one axis, rendered offline.
+"""Two (or more) rounds' curves on shared axes, rendered offline.
 
 ``dvc plots diff`` writes HTML that loads Vega from a CDN, which stays blank without
-internet.  This command takes the data the same way DVC does and renders a PNG (or SVG)
-with ``vl-convert-python``, which embeds Vega and needs no network::
+internet.  This command reads the plot CSVs that ``compare`` writes (git-tracked) at each
+round and renders one PNG (or SVG) with ``vl-convert-python``, which embeds Vega::
 
-    python -m dreamer_parity.analysis.plots_diff <rev-a> <rev-b> --out metrics/plots/diff.png
+    python -m dreamer_parity.analysis.plots_diff round3-candidate HEAD --out diff.png
+    python -m dreamer_parity.analysis.plots_diff round3-candidate path/to/other/checkout
 
-Steps: ``dvc plots diff --json --split --targets metrics/plots/eval_curve.csv <revs>``
-(run in the repository) gives the plot's rows at every revision, each tagged with its
-``rev``; a Vega-Lite spec then draws, per revision and side, the mean over seeds (thick
-line) and every seed (thin line); ``vl_convert.vegalite_to_png`` renders it.  DVC's own
-default template is not used as is: it draws one smoothed line per revision, which mixes
-the sides and seeds of ``eval_curve.csv``.  ``--spec-out FILE`` also writes the spec with
-its data (a self-contained Vega-Lite JSON).  With one revision DVC compares it with the
-workspace.
+Each argument is, in this order of precedence: an existing directory (a checkout, or a
+``metrics/plots`` directory; read from disk), a kept round's name
+(``docs/rounds/index.yaml``, :mod:`dreamer_parity.rounds`), a git revision, or a DVC
+experiment's name (its ``refs/exps/.../<name>`` ref).  One argument is compared with the
+workspace.  Read per argument: ``metrics/plots/eval_curve.csv`` (evaluation return and
+S2 per side and seed), each side's window CSVs ``metrics/plots/windows/<side>_<metric>.csv``
+(:mod:`windows`), or for rounds committed before those existed the actor entropy of
+``metrics/plots/entropy_windows.csv``.
+
+The figure stacks: evaluation return (per argument, colour, and side, dash: the mean over
+seeds thick, each seed thin), S2 where any argument has it, and one panel per window
+metric with each argument's side mean and seed [min, max] band.  ``--spec-out FILE`` also
+writes the Vega-Lite spec with its data.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["dvc_plot_rows", "spec", "render", "main", "TARGET"]
+__all__ = ["PlotsDiffError", "resolve", "read_source", "spec", "render", "main", "TARGET",
+           "WINDOWS_DIR", "ENTROPY_CSV"]
 
 TARGET = "metrics/plots/eval_curve.csv"
+WINDOWS_DIR = "metrics/plots/windows"
+ENTROPY_CSV = "metrics/plots/entropy_windows.csv"
+WORKSPACE = "workspace"
 
 
 class PlotsDiffError(RuntimeError):
-    """dvc failed, or the target has no rows at the revisions."""
+    """An argument resolves to nothing, or its evaluation CSV is missing or malformed."""
 
 
-def dvc_plot_rows(revs: list[str], target: str = TARGET, repo=".", x: str = "rows",
-                  y: str = "eval_mean") -> list[dict]:
-    """Rows of ``target`` at each revision, from ``dvc plots diff --json --split``.
+def _git(repo, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
 
-    Returns dicts with the CSV's columns (``x`` and ``y`` as floats) and ``rev``.
+
+def resolve(arg: str, repo=".") -> tuple[str, str]:
+    """``(kind, where)`` of one argument: ``("dir", path)`` or ``("commit", 40 hex)``.
 
     Raises:
-      PlotsDiffError: dvc exits non-zero, or no row of ``target`` is found.
+      PlotsDiffError: neither a directory, a kept round, a git revision nor a DVC experiment.
     """
-    cmd = [sys.executable, "-m", "dvc", "plots", "diff", "--json", "--split",
-           "--targets", target, "-x", x, "-y", y, *revs]
-    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise PlotsDiffError(f"dvc plots diff failed: {proc.stderr.strip() or proc.stdout.strip()}")
-    data = json.loads(proc.stdout or "{}").get("data", {})
-    rows = []
-    for name, entries in data.items():
-        if name != target and not name.endswith(f"::{target}"):
+    if arg == WORKSPACE:
+        return "dir", str(repo)
+    if Path(arg).is_dir():
+        return "dir", arg
+    from dreamer_parity import rounds
+    try:
+        idx = rounds.load_index(repo)
+    except rounds.RoundsError:
+        idx = {}
+    if arg in idx:
+        return "commit", idx[arg]["commit"]
+    r = _git(repo, "rev-parse", "-q", "--verify", f"{arg}^{{commit}}")
+    if r.returncode == 0:
+        return "commit", r.stdout.strip()
+    refs = [line.split() for line in _git(repo, "for-each-ref", "--format=%(objectname) %(refname)",
+                                          "refs/exps").stdout.splitlines()]
+    hits = [sha for sha, ref in refs if ref.rsplit("/", 1)[-1] == arg]
+    if len(hits) == 1:
+        return "commit", hits[0]
+    raise PlotsDiffError(f"{arg[:120]}: not a directory, a kept round (docs/rounds/index.yaml), "
+                         f"a git revision or a DVC experiment"
+                         + (f" ({len(hits)} experiments have that name)" if hits else ""))
+
+
+def _reader(kind: str, where: str, repo):
+    """A function ``rel -> text | None`` and one ``ls(rel_dir) -> [names]`` for a source."""
+    if kind == "dir":
+        d = Path(where)
+        plots = d / "metrics" / "plots"
+        if not (plots / Path(TARGET).name).is_file() and (d / Path(TARGET).name).is_file():
+            plots = d                       # the argument is a metrics/plots directory
+
+        def path(rel):
+            return plots / Path(rel).relative_to("metrics/plots")
+
+        def read(rel):
+            return path(rel).read_text() if path(rel).is_file() else None
+
+        def ls(rel):
+            p = path(rel)
+            return sorted(x.name for x in p.iterdir() if x.is_file()) if p.is_dir() else []
+        return read, ls
+
+    def read(rel):
+        r = _git(repo, "show", f"{where}:{rel}")
+        return r.stdout if r.returncode == 0 else None
+
+    def ls(rel):
+        r = _git(repo, "ls-tree", "--name-only", f"{where}:{rel}")
+        return sorted(r.stdout.split()) if r.returncode == 0 else []
+    return read, ls
+
+
+def _rows(text: str, label: str, name: str) -> list[dict]:
+    try:
+        return list(csv.DictReader(io.StringIO(text)))
+    except csv.Error as e:
+        raise PlotsDiffError(f"{label}: {name}: not a CSV ({e})") from None
+
+
+def _float(x):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v else None
+
+
+def read_source(arg: str, repo=".", target: str = TARGET) -> dict:
+    """The curves of one argument.
+
+    Returns:
+      ``{"label": arg, "eval": [{"rows", "side", "seed", "eval_mean", "s2"}],
+      "windows": [{"metric", "side", "rows", "mean", "lo", "hi"}]}``; numbers are floats
+      (``s2`` None where empty), ``seed`` and ``side`` strings as in the CSV.
+
+    Raises:
+      PlotsDiffError: the argument resolves to nothing, or ``target`` is absent or lacks
+      the columns ``rows, side, seed, eval_mean``.
+    """
+    from dreamer_parity.analysis.windows import SIDES, WINDOW_METRICS, slug
+    kind, where = resolve(arg, repo)
+    read, ls = _reader(kind, where, repo)
+    text = read(target)
+    if text is None:
+        raise PlotsDiffError(f"{arg}: no {target} there")
+    ev = []
+    for r in _rows(text, arg, target):
+        if not {"rows", "side", "seed", "eval_mean"} <= set(r):
+            raise PlotsDiffError(f"{arg}: {target}: needs the columns rows, side, seed, eval_mean")
+        x, y = _float(r["rows"]), _float(r["eval_mean"])
+        if x is None or y is None:
             continue
-        for e in entries:
-            for r in e.get("anchor_definitions", {}).get("<DVC_METRIC_DATA>", []):
-                if r.get(x) in (None, "") or r.get(y) in (None, ""):
-                    continue
-                rows.append({**r, x: float(r[x]), y: float(r[y])})
-    if not rows:
-        raise PlotsDiffError(f"{target}: no data at revisions {revs} "
-                             f"(dvc: {proc.stderr.strip() or 'no plot found'})")
-    return rows
+        ev.append({"rev": arg, "rows": x, "side": r["side"], "seed": r["seed"], "eval_mean": y,
+                   "s2": _float(r.get("s2"))})
+    if not ev:
+        raise PlotsDiffError(f"{arg}: {target}: no rows")
+    win = []
+    files = set(ls(WINDOWS_DIR))
+    by_file = {f"{side}_{slug(m)}.csv": (side, m) for side in SIDES for m in WINDOW_METRICS}
+    if files:
+        for name in sorted(files & set(by_file)):
+            side, m = by_file[name]
+            for r in _rows(read(f"{WINDOWS_DIR}/{name}") or "", arg, name):
+                win.append(_window_row(arg, m, side, r))
+    else:   # a round committed before the per-side windows: its entropy table
+        text = read(ENTROPY_CSV)
+        for r in _rows(text or "", arg, ENTROPY_CSV):
+            win.append(_window_row(arg, WINDOW_METRICS[0], r.get("side"), r))
+    win = [w for w in win if w["rows"] is not None and w["mean"] is not None]
+    return {"label": arg, "eval": ev, "windows": win}
 
 
-def spec(rows: list[dict], title: str, x: str = "rows", y: str = "eval_mean") -> dict:
-    """Vega-Lite spec: per revision (colour) and side (dash) the mean over seeds, thick,
-    and each seed, thin."""
-    has_side = all("side" in r for r in rows)
-    has_seed = all("seed" in r for r in rows)
-    enc = {"x": {"field": x, "type": "quantitative", "title": "rows (environment transitions)"},
-           "color": {"field": "rev", "type": "nominal", "title": "revision"}}
-    if has_side:
-        enc["strokeDash"] = {"field": "side", "type": "nominal"}
-    layers = [{"mark": {"type": "line", "strokeWidth": 2.5, "point": True},
-               "encoding": {**enc, "y": {"aggregate": "mean", "field": y, "type": "quantitative",
-                                         "title": f"{y} (mean over seeds; thin: seeds)"}}}]
-    if has_seed:
-        layers.insert(0, {"mark": {"type": "line", "strokeWidth": 0.8, "opacity": 0.3},
-                          "encoding": {**enc, "y": {"field": y, "type": "quantitative"},
-                                       "detail": {"field": "seed", "type": "nominal"}}})
-    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": title,
-            "width": 640, "height": 360, "data": {"values": rows}, "layer": layers,
-            "config": {"background": "white"}}
+def _window_row(label, metric, side, r) -> dict:
+    return {"rev": label, "metric": metric, "side": side, "rows": _float(r.get("rows")),
+            "mean": _float(r.get("mean")), "lo": _float(r.get("lo")), "hi": _float(r.get("hi"))}
+
+
+_X = {"field": "rows", "type": "quantitative", "title": "rows (environment transitions)"}
+
+
+def _curves(rows: list[dict], y: str, title: str) -> dict:
+    enc = {"x": _X, "color": {"field": "rev", "type": "nominal", "title": "round"},
+           "strokeDash": {"field": "side", "type": "nominal"}}
+    return {"title": title, "width": 640, "height": 260, "data": {"values": rows}, "layer": [
+        {"mark": {"type": "line", "strokeWidth": 0.8, "opacity": 0.3},
+         "encoding": {**enc, "y": {"field": y, "type": "quantitative"},
+                      "detail": {"field": "seed", "type": "nominal"}}},
+        {"mark": {"type": "line", "strokeWidth": 2.5, "point": True},
+         "encoding": {**enc, "y": {"aggregate": "mean", "field": y, "type": "quantitative",
+                                   "title": f"{y} (mean over seeds; thin: seeds)"}}}]}
+
+
+def _window_chart(rows: list[dict], metric: str) -> dict:
+    log = metric.endswith("/std") and all(r["lo"] is not None and r["lo"] > 0 for r in rows)
+    scale = {"type": "log"} if log else {"zero": False}
+    enc = {"x": {**_X, "title": "rows at the window's end"},
+           "color": {"field": "rev", "type": "nominal", "title": "round"}}
+    return {"title": f"{metric}: mean over seeds, band: seed [min, max]", "width": 640,
+            "height": 200, "data": {"values": rows}, "layer": [
+                {"mark": {"type": "area", "opacity": 0.15},
+                 "encoding": {**enc, "detail": {"field": "side", "type": "nominal"},
+                              "y": {"field": "lo", "type": "quantitative", "scale": scale,
+                                    "title": metric},
+                              "y2": {"field": "hi"}}},
+                {"mark": {"type": "line", "strokeWidth": 1.8},
+                 "encoding": {**enc, "strokeDash": {"field": "side", "type": "nominal"},
+                              "y": {"field": "mean", "type": "quantitative", "scale": scale}}}]}
+
+
+def spec(sources: list[dict], title: str, caption: str = "") -> dict:
+    """Vega-Lite spec: evaluation return, S2 where present, then each window metric."""
+    ev = [r for s in sources for r in s["eval"]]
+    charts = [_curves(ev, "eval_mean", "evaluation return")]
+    s2 = [{**r, "s2": r["s2"]} for r in ev if r["s2"] is not None]
+    if s2:
+        charts.append(_curves(s2, "s2", "S2 (training-episode rolling mean; sides that have it)"))
+    win = [r for s in sources for r in s["windows"]]
+    from dreamer_parity.analysis.windows import WINDOW_METRICS
+    for m in WINDOW_METRICS:
+        rows = [r for r in win if r["metric"] == m]
+        if rows:
+            charts.append(_window_chart(rows, m))
+    missing = [s["label"] for s in sources if not s["windows"]]
+    sub = [caption] if caption else []
+    if missing:
+        sub.insert(0, f"no training-metric windows at {', '.join(missing)}")
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "title": {"text": title, "subtitle": sub}, "vconcat": charts,
+            "resolve": {"scale": {"color": "shared"}}, "config": {"background": "white"}}
 
 
 def render(revs: list[str], out, target: str = TARGET, repo=".", spec_out=None) -> list[dict]:
-    """Render ``target`` at ``revs`` into ``out`` (``.png`` or ``.svg``); returns the rows."""
+    """Render the rounds ``revs`` into ``out`` (``.png`` or ``.svg``); one argument is
+    compared with the workspace.  Returns the evaluation rows (each with ``rev``).
+
+    Raises:
+      PlotsDiffError: see :func:`read_source`.
+    """
     import vl_convert as vlc
-    rows = dvc_plot_rows(revs, target, repo)
-    s = spec(rows, f"{target}: {' vs '.join(revs)}")
+
+    from dreamer_parity.analysis.plots import caption
+    revs = list(revs) + ([WORKSPACE] if len(revs) == 1 else [])
+    sources = [read_source(r, repo, target) for r in revs]
+    s = spec(sources, f"{' vs '.join(revs)}",
+             caption(f"python -m dreamer_parity.analysis.plots_diff {' '.join(revs)}"))
     text = json.dumps(s)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,16 +252,19 @@ def render(revs: list[str], out, target: str = TARGET, repo=".", spec_out=None) 
         tmp.write_bytes(vlc.vegalite_to_png(text, scale=2))
     os.replace(tmp, out)
     if spec_out is not None:
-        Path(spec_out).write_text(json.dumps(s, indent=1) + "\n")
-    return rows
+        tmp = Path(spec_out).with_name(f"{Path(spec_out).name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(s, indent=1) + "\n")
+        os.replace(tmp, spec_out)
+    return [r for src in sources for r in src["eval"]]
 
 
 def main(argv=None) -> int:
-    """CLI; 0 on success, 2 when dvc fails or there is no data."""
+    """CLI; 0 on success, 2 when an argument resolves to nothing or has no data."""
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.analysis.plots_diff",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("revs", nargs="+", help="git revisions (one: compared with the workspace)")
+    ap.add_argument("revs", nargs="+", help="round names, directories, git revisions or "
+                                            "experiments (one: compared with the workspace)")
     ap.add_argument("--out", default="metrics/plots/diff.png", help=".png or .svg")
     ap.add_argument("--target", default=TARGET, help="plot CSV with rows, eval_mean, side, seed")
     ap.add_argument("--repo", default=".", help="repository root")
@@ -121,7 +276,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     revs = sorted({r["rev"] for r in rows})
-    print(f"{args.out}: {len(rows)} points from {', '.join(revs)}")
+    print(f"{args.out}: {len(rows)} evaluation points from {', '.join(revs)}")
     return 0
 
 

@@ -103,19 +103,16 @@ def _decision_rows(result: dict) -> list[str]:
 def _per_seed(result: dict) -> list[str]:
     seeds = result["params"]["seeds"]
     cols = [("S1", result["s1"]), (f"S2({result['s2']['row']})", result["s2"]), ("LATE", result["late"])]
-    cols = [(n, b) for n, b in cols if "values" in b]
-    head = "| seed | " + " | ".join(f"reference {n} | candidate {n}" for n, _ in cols) + " |"
-    lines = [head, "|---|" + "---|---|" * len(cols)]
+    # every side that has the statistic (S2 of a side with episodes against a published one)
+    cols = [(f"{side} {n}", b["values"][side]) for n, b in cols
+            for side in ("reference", "candidate") if side in b.get("values", {})]
+    head = "| seed | " + " | ".join(n for n, _ in cols) + " |"
+    lines = [head, "|---|" + "---|" * len(cols)]
     for i, s in enumerate(seeds):
-        cells = []
-        for _, b in cols:
-            cells += [_f(b["values"]["reference"][i]), _f(b["values"]["candidate"][i])]
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        lines.append(f"| {s} | " + " | ".join(_f(v[i]) for _, v in cols) + " |")
     cells = []
-    for _, b in cols:
-        for side in ("reference", "candidate"):
-            v = b["values"][side]
-            cells.append(_f(np.mean(v)) if np.isfinite(v).all() else "n/a")
+    for _, v in cols:
+        cells.append(_f(np.mean(v)) if np.isfinite(v).all() else "n/a")
     lines.append("| mean | " + " | ".join(cells) + " |")
     return lines
 
@@ -265,6 +262,42 @@ def _window_table(t, metric: str, digits: int = 4) -> list[str]:
     return lines
 
 
+def _side_windows_lines(win: dict, digits: int = 4) -> list[str]:
+    """Each side's own windows of the pre-registered metrics (:mod:`windows`)."""
+    L = ["", "## Training-metric windows of each side (seed mean [min, max])", "",
+         "Files: `metrics/windows.json`, `metrics/plots/windows/`, `metrics/plots/windows.png`."]
+    for side in ("reference", "candidate"):
+        if win["sides"][side]["reason"] is not None:
+            L.append(f"* {side}: none ({win['sides'][side]['reason']})")
+    drawn = [s for s in ("reference", "candidate") if win["sides"][s]["reason"] is None]
+    if not drawn:
+        return L
+    for m in win["metrics"]:
+        sides = [s for s in drawn if m in win["sides"][s]["metrics"]]
+        if not sides:
+            continue
+        ov = win["overlap"].get(m)
+        head = "| window end (rows) | " + " | ".join(sides) + (" | ranges overlap |" if ov else " |")
+        L += ["", f"<details><summary><code>{m}</code>"
+              + (f": seed ranges overlap in {sum(ov.values())} of {len(ov)} windows" if ov else "")
+              + "</summary>", "", head, "|---|" + "---|" * (len(sides) + (1 if ov else 0))]
+        by_row: dict = {}
+        for s in sides:
+            sw = win["sides"][s]
+            w = sw["metrics"][m]
+            for j, r in enumerate(sw["rows"].tolist()):
+                if w["n"][j]:
+                    by_row.setdefault(r, {})[s] = (f"{_f(w['mean'][j], digits)} "
+                                                   f"[{_f(w['lo'][j], digits)}, {_f(w['hi'][j], digits)}]")
+        for r in sorted(by_row):
+            cells = [by_row[r].get(s, "n/a") for s in sides]
+            if ov:
+                cells.append(str(ov[r]) if r in ov else "n/a")
+            L.append(f"| {r} | " + " | ".join(cells) + " |")
+        L += ["", "</details>"]
+    return L
+
+
 def _metrics_overview(t) -> list[str]:
     lines = ["| metric | windows with overlapping seed ranges | ratio first window | ratio last window |",
              "|---|---|---|---|"]
@@ -349,7 +382,7 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
         L.append("* No seed failed.")
     L += ["", "### Per-seed values", ""] + _per_seed(result)
     if result["s2"].get("reason"):
-        L += ["", f"S2: {result['s2']['reason']}."]
+        L += ["", f"S2 decision: {result['s2']['reason']}."]
 
     L += ["", "## Exploratory additions: seed bootstrap and power (not pre-registered)", "",
           "Percentile bootstrap 95% interval of the difference of means, resampling seeds within "
@@ -401,7 +434,10 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     L += ["", "## Evaluation curve (mean return of the evaluation episodes)", ""]
     L += _curve_table(result, "eval")
     L += ["", "## S2 curve (training-episode rolling mean)", ""]
-    L += (_curve_table(result, "s2") if not result["s2"].get("reason") else [f"n/a: {result['s2']['reason']}"])
+    absent = [f"* {side}: none ({why})" for side, why in result["s2"].get("side_reason", {}).items()
+              if why]
+    L += absent + ([""] if absent else [])
+    L += (_curve_table(result, "s2") if result["s2"].get("curve") else [f"n/a: {result['s2']['reason']}"])
 
     t = result["windows"]["table"]
     e = result["entropy"]
@@ -411,6 +447,8 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
         L += _window_table(t, stats.ENTROPY)
     else:
         L.append(f"n/a: {e['reason']}")
+    if result.get("side_windows") is not None:
+        L += _side_windows_lines(result["side_windows"])
     L += ["", "## activation/embed relative to each seed's first window", "",
           "DIAGNOSIS: the raw embed level follows each seed's initial draw; compare it relative to "
           "the seed's own first window.", ""]
@@ -456,7 +494,8 @@ def write_report(result: dict, path, prereg=None, notes: list[str] = (), plots_d
     links = None
     if plots_dir is not None:
         links = {n: rel(Path(plots_dir) / n) for n in
-                 ("eval_curves.png", "s2_curve.png", "entropy_windows.png")}
+                 ("eval_curves.png", "s2_curve.png", "entropy_windows.png", "windows.png")
+                 if n != "windows.png" or "side_windows" in result}
         if "additions" in result:
             links.update({n: rel(Path(plots_dir) / n) for n in ("iqm.png", "performance_profile.png")})
     atomic_text(path, render(result, rel(prereg) if prereg else None, list(notes), links))

@@ -1,0 +1,336 @@
+"""Kept rounds by name: the committed index ``docs/rounds/index.yaml`` and its command.
+
+A kept round is a commit that holds the round's ``params.yaml`` (its ``round`` is the
+name), ``dvc.lock``, metrics and report, and whose cached outputs the store at HEAD
+restores.  The index maps each name to that commit; git tags of the same names are made
+from it (``make round-tags``), so ``dvc metrics diff round3-candidate <name>`` works where
+the tags exist, and ``dvc metrics diff $(python -m dreamer_parity.rounds rev
+round3-candidate) HEAD`` where they do not (a clone or an archive that dropped tags)::
+
+    python -m dreamer_parity.rounds list            # name, commit, tag state, what it is
+    python -m dreamer_parity.rounds rev NAME        # the commit of a kept round (40 hex)
+    python -m dreamer_parity.rounds check [NAME..]  # each entry restorable and consistent
+    python -m dreamer_parity.rounds tag [--force]   # a git tag per entry (make round-tags)
+    python -m dreamer_parity.rounds latest NAME     # the rule below, for NAME
+    python -m dreamer_parity.rounds pin NAME        # set NAME's commit to `latest NAME`
+
+The index file (YAML; a mapping, comments allowed)::
+
+    <name>:                 # letters, digits, '-', '_' (the round's `round` value)
+      commit: '<40 hex>'    # the commit that holds the round (quoted: YAML reads
+                            # a hash of digits only as a number)
+      about: <one line>     # what the round is
+
+``check`` verifies per entry: the commit exists and is an ancestor of HEAD; its
+``params.yaml`` names the round; it holds ``dvc.lock`` and ``docs/rounds/<name>.md``;
+every output ``dvc.lock`` records is either in the commit's git tree or in the store at
+HEAD (the default DVC remote, a local directory; a directory output with every file of
+its listing); a tag of that name, where one exists, points at the commit.  It also
+applies the rule: **the newest commit in HEAD's history that changed
+``metrics/summary.json`` while ``params.yaml`` named the round** (``latest``); when that
+commit's summary differs from the entry's, the entry is stale and ``check`` says which
+commit ``pin`` would take.  Exit status: 0 all good, 1 a problem (one line each), 2 bad
+input (the index or a name), with one line naming the file or name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+__all__ = ["RoundsError", "INDEX", "NAME_RE", "load_index", "rev", "latest", "check",
+           "make_tags", "pin", "main"]
+
+#: The index, relative to the repository root.
+INDEX = "docs/rounds/index.yaml"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_FIELDS = {"commit", "about"}
+SUMMARY = "metrics/summary.json"
+
+
+class RoundsError(ValueError):
+    """Bad index or name; the message is one line naming the file or the name."""
+
+
+def _git(root, *args, check: bool = True) -> str:
+    r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RoundsError(f"git {' '.join(args)}: {r.stderr.strip() or 'failed'}")
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def _exists(root, spec: str) -> bool:
+    """Whether git knows the object ``spec`` (``<commit>:<path>``, ``<hash>^{commit}``)."""
+    return subprocess.run(["git", "cat-file", "-e", spec], cwd=root,
+                          capture_output=True).returncode == 0
+
+
+def repo_root(start=".") -> Path:
+    """The git work tree that holds ``start``.
+
+    Raises:
+      RoundsError: ``start`` is not inside a git work tree.
+    """
+    out = _git(start, "rev-parse", "--show-toplevel", check=False)
+    if not out:
+        raise RoundsError(f"{start}: not inside a git work tree")
+    return Path(out)
+
+
+def load_index(root, path: str = INDEX) -> dict[str, dict]:
+    """The index as ``{name: {"commit": str (40 hex), "about": str}}`` in file order.
+
+    Raises:
+      RoundsError: the file is missing, not YAML, not a mapping of names to entries with
+      exactly ``commit`` and ``about``, or a name or commit is malformed.
+    """
+    p = Path(root) / path
+    if not p.is_file():
+        raise RoundsError(f"{path}: not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise RoundsError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not data:
+        raise RoundsError(f"{path}: must be a mapping of round names to entries")
+    out = {}
+    for name, entry in data.items():
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise RoundsError(f"{path}: round name {str(name)[:80]!r} is not a plain name "
+                              f"(letters, digits, '-', '_')")
+        if not isinstance(entry, dict) or set(entry) != _FIELDS:
+            got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            raise RoundsError(f"{path}: {name}: needs exactly the keys {sorted(_FIELDS)}, got {got}")
+        c = entry["commit"]
+        if not isinstance(c, str) or not _HEX40.match(c):
+            raise RoundsError(f"{path}: {name}.commit: must be 40 lower-case hex digits, "
+                              f"got {str(c)[:60]!r}")
+        if not isinstance(entry["about"], str) or not entry["about"].strip():
+            raise RoundsError(f"{path}: {name}.about: must be a non-empty line")
+        out[name] = {"commit": c, "about": entry["about"].strip()}
+    return out
+
+
+def rev(root, name: str, path: str = INDEX) -> str:
+    """The commit of the kept round ``name``.
+
+    Raises:
+      RoundsError: ``name`` is not in the index (the message lists the kept names).
+    """
+    idx = load_index(root, path)
+    if name not in idx:
+        raise RoundsError(f"{str(name)[:80]!r} is not a kept round in {path} "
+                          f"(kept: {', '.join(idx)})")
+    return idx[name]["commit"]
+
+
+def _round_at(root, commit: str) -> str | None:
+    text = _git(root, "show", f"{commit}:params.yaml", check=False)
+    if not text:
+        return None
+    try:
+        p = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return p.get("round") if isinstance(p, dict) else None
+
+
+def latest(root, name: str) -> str | None:
+    """The rule: the newest commit in HEAD's history (first parents and merged branches,
+    ``git log`` order) that changed ``metrics/summary.json`` while its ``params.yaml``
+    named ``name``; None when there is none."""
+    for c in _git(root, "log", "--format=%H", "HEAD", "--", SUMMARY).split():
+        if _round_at(root, c) == name:
+            return c
+    return None
+
+
+def _store_dir(root) -> Path | None:
+    """The default DVC remote's directory when it is a local path, else None."""
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(root) / ".dvc" / "config")
+    name = cfg.get("core", "remote", fallback=None)
+    secs = [s for s in (f'remote "{name}"', f"'remote \"{name}\"'") if cfg.has_section(s)]
+    if name is None or not secs:
+        return None
+    sec = secs[0]
+    url = cfg.get(sec, "url")
+    if "://" in url:
+        return None
+    return (Path(root) / ".dvc" / url).resolve()
+
+
+def _in_store(store: Path, md5: str) -> bool:
+    return (store / "files" / "md5" / md5[:2] / md5[2:]).is_file()
+
+
+def _out_problems(root, commit: str, store: Path | None) -> list[str]:
+    """Outputs of ``dvc.lock`` at ``commit`` that neither git nor the store holds."""
+    text = _git(root, "show", f"{commit}:dvc.lock", check=False)
+    if not text:
+        return ["no dvc.lock in the commit"]
+    lock = yaml.safe_load(text) or {}
+    bad = []
+    for stage, st in (lock.get("stages") or {}).items():
+        for out in st.get("outs") or []:
+            path, md5 = out["path"], out.get("md5")
+            if _exists(root, f"{commit}:{path}"):
+                continue   # git-tracked output (cache: false)
+            if md5 is None:
+                bad.append(f"{stage}: {path}: no md5 in dvc.lock")
+            elif store is None:
+                bad.append(f"{stage}: {path}: the default DVC remote is not a local directory")
+            elif not _in_store(store, md5):
+                bad.append(f"{stage}: {path}: {md5} not in the store")
+            elif md5.endswith(".dir"):
+                listing = json.loads((store / "files" / "md5" / md5[:2] / md5[2:]).read_text())
+                missing = [e["relpath"] for e in listing if not _in_store(store, e["md5"])]
+                if missing:
+                    bad.append(f"{stage}: {path}: {len(missing)} file(s) not in the store, "
+                               f"first {missing[0]}")
+    return bad
+
+
+def check(root, names=None, path: str = INDEX) -> list[str]:
+    """Problems of the index entries (all, or ``names``), one line each; [] when none.
+
+    Raises:
+      RoundsError: the index is malformed or a name is not in it.
+    """
+    idx = load_index(root, path)
+    for n in names or []:
+        rev(root, n, path)
+    store = _store_dir(root)
+    problems = []
+    for name, e in idx.items():
+        if names and name not in names:
+            continue
+        c = e["commit"]
+        where = f"{name} ({c[:12]})"
+        if not _exists(root, f"{c}^{{commit}}"):
+            problems.append(f"{where}: no such commit in this repository")
+            continue
+        if subprocess.run(["git", "merge-base", "--is-ancestor", c, "HEAD"], cwd=root,
+                          capture_output=True).returncode != 0:
+            problems.append(f"{where}: not in HEAD's history (after a rebase: "
+                            f"python -m dreamer_parity.rounds pin {name})")
+        r = _round_at(root, c)
+        if r != name:
+            problems.append(f"{where}: params.yaml there names round {r!r}")
+        if not _exists(root, f"{c}:docs/rounds/{name}.md"):
+            problems.append(f"{where}: no docs/rounds/{name}.md (pre-registration) in the commit")
+        problems += [f"{where}: {p}" for p in _out_problems(root, c, store)]
+        tag = _git(root, "rev-parse", "-q", "--verify", f"refs/tags/{name}^{{commit}}", check=False)
+        if tag and tag != c:
+            problems.append(f"{where}: tag {name} points at {tag[:12]} (make round-tags FORCE=1)")
+        new = latest(root, name)
+        if new and new != c and _git(root, "rev-parse", f"{new}:{SUMMARY}", check=False) != \
+                _git(root, "rev-parse", f"{c}:{SUMMARY}", check=False):
+            problems.append(f"{where}: newer metrics for this round at {new[:12]} "
+                            f"(python -m dreamer_parity.rounds pin {name})")
+    return problems
+
+
+def make_tags(root, force: bool = False, path: str = INDEX) -> list[str]:
+    """Create a lightweight git tag per index entry; returns one line per tag.
+
+    Raises:
+      RoundsError: a tag of that name points elsewhere and ``force`` is False, or git fails.
+    """
+    lines = []
+    for name, e in load_index(root, path).items():
+        cur = _git(root, "rev-parse", "-q", "--verify", f"refs/tags/{name}^{{commit}}", check=False)
+        if cur == e["commit"]:
+            lines.append(f"{name}: tag already at {cur[:12]}")
+            continue
+        if cur and not force:
+            raise RoundsError(f"tag {name} points at {cur[:12]}, the index at {e['commit'][:12]} "
+                              f"(FORCE=1 moves it)")
+        _git(root, "tag", *(["-f"] if cur else []), name, e["commit"])
+        lines.append(f"{name}: tag {'moved to' if cur else 'made at'} {e['commit'][:12]}")
+    return lines
+
+
+def pin(root, name: str, path: str = INDEX) -> str:
+    """Set ``name``'s commit in the index to :func:`latest` (the file rewritten in place,
+    comments kept, atomically); returns the commit.
+
+    Raises:
+      RoundsError: ``name`` is not in the index, or no commit satisfies the rule.
+    """
+    old = rev(root, name, path)
+    new = latest(root, name)
+    if new is None:
+        raise RoundsError(f"{name}: no commit in HEAD's history changed {SUMMARY} with "
+                          f"params.yaml round {name}")
+    p = Path(root) / path
+    text = p.read_text(encoding="utf-8")
+    pat = re.compile(rf"(^{re.escape(name)}:\s*\n(?:[ \t]+.*\n|\s*\n|#.*\n)*?[ \t]+commit:\s*"
+                     rf"[\'\"]?){old}", re.M)
+    text, n = pat.subn(lambda m: m.group(1) + new, text, count=1)
+    if n != 1:
+        raise RoundsError(f"{path}: {name}: its commit line was not found to rewrite")
+    tmp = p.with_name(f"{p.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, p)
+    load_index(root, path)
+    return new
+
+
+def main(argv=None) -> int:
+    """CLI entry point (see the module docstring); returns the exit status."""
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.rounds", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", default=INDEX, help="the index, relative to the repository root")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="the kept rounds")
+    for cmd, text in (("rev", "print a kept round's commit"), ("latest", "the rule's commit"),
+                      ("pin", "set a round's commit to the rule's")):
+        sub.add_parser(cmd, help=text).add_argument("name")
+    sub.add_parser("check", help="verify entries").add_argument("names", nargs="*")
+    sub.add_parser("tag", help="a git tag per entry").add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        root = repo_root()
+        if a.cmd == "rev":
+            print(rev(root, a.name, a.index))
+        elif a.cmd == "list":
+            for name, e in load_index(root, a.index).items():
+                tag = _git(root, "rev-parse", "-q", "--verify", f"refs/tags/{name}^{{commit}}",
+                           check=False)
+                state = "tag ok" if tag == e["commit"] else ("tag differs" if tag else "no tag")
+                print(f"{name}\t{e['commit'][:12]}\t{state}\t{e['about']}")
+        elif a.cmd == "latest":
+            rev(root, a.name, a.index)
+            c = latest(root, a.name)
+            if c is None:
+                raise RoundsError(f"{a.name}: no commit in HEAD's history changed {SUMMARY}")
+            print(c)
+        elif a.cmd == "pin":
+            print(pin(root, a.name, a.index))
+        elif a.cmd == "tag":
+            print("\n".join(make_tags(root, a.force, a.index)))
+        else:
+            problems = check(root, a.names, a.index)
+            for p in problems:
+                print(p)
+            if problems:
+                return 1
+            print(f"{len(a.names) or len(load_index(root, a.index))} kept round(s) ok")
+    except RoundsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
