@@ -161,6 +161,23 @@ def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
     return sorted(dest.glob("*.whl"))
 
 
+def travelling_bytes() -> int | None:
+    """Bytes of the files a device call sends besides the carried paths: the tracked and
+    the untracked, not ignored files of this checkout (None without git)."""
+    try:
+        names = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached",
+                                "--others", "--exclude-standard"], capture_output=True,
+                               check=True).stdout.split(b"\0")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    total = 0
+    for n in names:
+        f = REPO / os.fsdecode(n)
+        if n and f.is_file() and not f.is_symlink():
+            total += f.stat().st_size
+    return total
+
+
 # --------------------------------------------------------------------------- children
 
 def _jax_memory(jax) -> dict:
@@ -775,6 +792,10 @@ def main(argv=None) -> int:
         size = sum(p.stat().st_size for p in got)
         print(f"gpu_check: {len(got)} wheels, {size / 2**20:.2f} MiB in {a.wheels}/ "
               f"(carry [\"{a.wheels}\"]): " + ", ".join(p.name for p in got))
+        tree = travelling_bytes()
+        if tree is not None:
+            print(f"gpu_check: the working tree that travels with them: "
+                  f"{(tree + size) / 2**20:.1f} MiB (the device call takes 64 MiB at most)")
         return 0
     _validate(ap, a)
     Path(a.out).mkdir(parents=True, exist_ok=True)

@@ -207,3 +207,13 @@ def test_the_wheels_are_pinned_by_the_lock():
     pins = provenance.read_pins(REPO / "requirements.lock")
     assert {n: pins[n] for n in gpu_check.GPU_WHEELS} == {
         "gymnax": "1.0.1", "gymnasium": "1.3.0", "farama-notifications": "0.0.6"}
+
+
+def test_the_tree_a_device_call_sends_stays_under_its_limit():
+    # the device call sends the tracked and untracked, not ignored files plus the carried
+    # wheels (about 1 MiB), 64 MiB at most (docs/CANDIDATE.md#gpu)
+    sent = gpu_check.travelling_bytes()
+    if sent is None:
+        pytest.skip("not a git checkout")
+    assert sent > (REPO / "requirements.lock").stat().st_size + SCRIPT.stat().st_size
+    assert sent + 2**20 < 64 * 2**20, f"{sent / 2**20:.1f} MiB would travel"
