@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags
+.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags gpu-wheels
 
 venv: $(STAMP)
 
@@ -64,6 +64,11 @@ bench-ratio: venv reference-setup
 # so that `dvc metrics diff <round> <round>` takes round names (docs/rounds/README.md).
 round-tags: venv
 	$(PY) -m dreamer_parity.rounds tag $(if $(FORCE),--force)
+
+# The wheels the GPU machine lacks (gymnax and what it needs; about 1 MiB) into the git-ignored
+# .gpu-wheels/, for benchmarks/gpu_check.py there: the device call carries [".gpu-wheels"].
+gpu-wheels: venv
+	$(PY) benchmarks/gpu_check.py --download-wheels
 
 clean-venv:
 	rm -rf $(VENV)

@@ -22,6 +22,11 @@ class StubConfig:
     retnorm_limit: float = 1.0
 
 
+def config_for_profile(profile: str) -> StubConfig:
+    """The stub's one config, whatever the profile (``benchmarks/gpu_check.py --agent``)."""
+    return StubConfig()
+
+
 def init(key, cfg):
     k1, k2 = jax.random.split(key)
     params = {

@@ -259,9 +259,86 @@ def test_override_is_allowed_and_recorded(tmp_path, monkeypatch):
     lock.write_text("jax==0.0.1\njaxlib==0.0.1\nnumpy==1.0.0\n")
     monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, "1")
     got = provenance.check_pins(lock)
-    assert got == {"checked": False, "override": True, "versions": got["versions"]}
+    assert got == {"checked": False, "override": True, "version_set": None,
+                   "versions": got["versions"]}
     prov = provenance.collect(modules=())
-    assert prov["versions_override"] is True
+    assert prov["versions_override"] is True and prov["version_set"] is None
+
+
+def _set_of_this_venv(monkeypatch, lock_name="requirements.lock"):
+    """A version set named ``here`` holding this venv's jax/jaxlib/numpy, for ``lock_name``."""
+    here = provenance._installed(provenance.PINNED_PACKAGES)
+    monkeypatch.setattr(provenance, "VERSION_SETS", {
+        "here": {"lock": lock_name, "about": "test", "versions": here, "also": {}}})
+    monkeypatch.setattr(provenance, "_version_set", None)
+    monkeypatch.setattr(provenance, "_pins_checked", False)
+    return here
+
+
+def test_version_set_passes_its_versions_and_is_recorded(tmp_path, monkeypatch):
+    here = _set_of_this_venv(monkeypatch)
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("jax==0.0.1\njaxlib==0.0.1\nnumpy==1.0.0\n")
+    monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, "here")
+    got = provenance.check_pins(lock)
+    assert got == {"checked": True, "override": True, "version_set": "here", "versions": here}
+    prov = provenance.collect(modules=())
+    assert prov["versions_checked"] is True and prov["versions_override"] is True
+    assert prov["version_set"] == "here"
+    assert prov["packages"]["jax"] == here["jax"]
+    assert prov["packages"]["jax-cuda13-plugin"] is None or isinstance(
+        prov["packages"]["jax-cuda13-plugin"], str)
+
+
+def test_version_set_named_but_lock_pins_installed_is_no_override(monkeypatch):
+    _set_of_this_venv(monkeypatch)
+    monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, "here")
+    got = provenance.check_pins(REPO / "requirements.lock")
+    assert (got["checked"], got["override"], got["version_set"]) == (True, False, None)
+    assert provenance.collect(modules=())["versions_override"] is False
+
+
+def test_version_set_other_versions_refused_naming_lock_and_set(tmp_path, monkeypatch):
+    here = _set_of_this_venv(monkeypatch)
+    provenance.VERSION_SETS["here"]["versions"] = {**here, "numpy": "0.0.2"}
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(f"jax=={here['jax']}\njaxlib=={here['jaxlib']}\nnumpy==1.0.0\n")
+    monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, "here")
+    with pytest.raises(provenance.PinError) as e:
+        provenance.check_pins(lock)
+    assert str(e.value).startswith(
+        f"versions: numpy {here['numpy']} installed, requirements.lock pins 1.0.0 and version "
+        f"set here names 0.0.2 (")
+    assert provenance._version_set is None
+
+
+def test_version_set_of_another_lock_does_not_apply(tmp_path, monkeypatch):
+    here = _set_of_this_venv(monkeypatch)
+    lock = tmp_path / "requirements-reference.lock"
+    lock.write_text("jax==0.0.1\njaxlib==0.0.1\nnumpy==1.0.0\n")
+    monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, "here")
+    with pytest.raises(provenance.PinError) as e:
+        provenance.check_pins(lock)
+    assert str(e.value).startswith(f"versions: jax {here['jax']} installed, "
+                                   f"requirements-reference.lock pins 0.0.1 (")
+
+
+@pytest.mark.parametrize("value", ["yes", "gpu", "2"])
+def test_unknown_allow_versions_value_is_one_line(monkeypatch, value):
+    monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, value)
+    with pytest.raises(provenance.PinError) as e:
+        provenance.check_pins(REPO / "requirements.lock")
+    assert str(e.value) == (f"versions: DREAMER_PARITY_ALLOW_VERSIONS={value!r} is neither 1 "
+                            f"nor a version set (gpu-h200; provenance.VERSION_SETS)")
+
+
+def test_gpu_version_set_names_every_pinned_package_of_an_existing_lock():
+    s = provenance.VERSION_SETS["gpu-h200"]
+    assert (REPO / s["lock"]).is_file()
+    assert set(s["versions"]) == set(provenance.PINNED_PACKAGES)
+    assert s["versions"] == {"jax": "0.11.2", "jaxlib": "0.11.2", "numpy": "2.5.2"}
+    pins = provenance.read_pins(REPO / s["lock"])
+    assert all(s["versions"][p] != pins[p] for p in provenance.PINNED_PACKAGES)
 
 
 def _fake_dist(guard: Path, name: str, version: str) -> None:
@@ -317,6 +394,16 @@ def test_version_flags_flag_mixed_off_pin_and_override():
     assert f["off_pin"]["candidate"] == ["s1 jaxlib 0.10.1 != pin 0.10.2"]
     assert f["overrides"] == ["candidate s1"]
     assert "candidate runs imported different versions" in f["detail"]
+
+
+def test_version_flags_name_the_version_set_of_an_override():
+    run = _run_with_versions("candidate", 0, {**_CAND, "jax": "0.11.2", "jaxlib": "0.11.2"},
+                             override=True)
+    run.run_info["provenance"]["version_set"] = "gpu-h200"
+    f = checks.version_flags([_run_with_versions("reference", 0, _REF)], [run], _PINS)
+    assert f["status"] == "FLAG" and f["overrides"] == ["candidate s0 (version set gpu-h200)"]
+    assert f["detail"].endswith(
+        "started with DREAMER_PARITY_ALLOW_VERSIONS: candidate s0 (version set gpu-h200)")
 
 
 def test_version_flags_na_for_published_runs():

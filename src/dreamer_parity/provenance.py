@@ -17,19 +17,45 @@ import sys
 from pathlib import Path
 
 __all__ = ["git_state", "relative_to_roots", "collect", "cpu_model", "REPO_ROOT",
-           "PinError", "read_pins", "check_pins", "ALLOW_VERSIONS_ENV", "PINNED_PACKAGES"]
+           "PinError", "read_pins", "check_pins", "allowed_versions", "package_versions",
+           "backend", "ALLOW_VERSIONS_ENV", "PINNED_PACKAGES", "VERSION_SETS",
+           "RECORDED_PACKAGES"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Set to ``1`` to run with other versions than the lock pins (a deliberate experiment);
 #: the run records ``versions_checked: false, versions_override: true`` in its provenance.
+#: Set to the name of a :data:`VERSION_SETS` entry to accept that set's versions as well as
+#: the lock's pins (the run records ``version_set`` when it ran on the set's versions).
 ALLOW_VERSIONS_ENV = "DREAMER_PARITY_ALLOW_VERSIONS"
 #: Set by a launcher whose pin check passed for the process it starts (reference runner).
 CHECKED_ENV = "DREAMER_PARITY_VERSIONS_CHECKED"
 #: Packages whose installed version must equal the lock before a run starts.
 PINNED_PACKAGES = ("jax", "jaxlib", "numpy")
 
+#: Named sets of versions that ``$DREAMER_PARITY_ALLOW_VERSIONS=<name>`` accepts besides the
+#: pins of the lock file the set names (another lock is checked against its own pins).
+#: ``versions`` gives every package of :data:`PINNED_PACKAGES`; ``also`` lists what else that
+#: machine is known to hold that the lock does not (not checked; :func:`collect` records
+#: the versions found, :data:`RECORDED_PACKAGES`).
+VERSION_SETS = {
+    "gpu-h200": {
+        "lock": "requirements.lock",
+        "about": "the lent GPU machine (NVIDIA H200 or H100, x86-64, Python 3.12, CUDA 13; "
+                 "docs/CANDIDATE.md#gpu)",
+        "versions": {"jax": "0.11.2", "jaxlib": "0.11.2", "numpy": "2.5.2"},
+        "also": {"jax-cuda13-plugin": "0.11.2", "jax-cuda13-pjrt": "0.11.2", "python": "3.12"},
+    },
+}
+
+#: Distributions whose installed versions :func:`collect` records (None where absent): what
+#: the candidate imports besides the standard library, and the jax GPU plugins.
+RECORDED_PACKAGES = ("jax", "jaxlib", "numpy", "optax", "flax", "gymnax", "gymnasium",
+                     "ml_dtypes", "opt_einsum", "scipy", "PyYAML", "jax-cuda13-plugin",
+                     "jax-cuda13-pjrt", "jax-cuda12-plugin", "jax-cuda12-pjrt")
+
 _pins_checked = False
+_version_set = None
 
 
 class PinError(RuntimeError):
@@ -79,6 +105,29 @@ def _installed(packages, python=None) -> dict[str, str | None]:
                        f"({type(e).__name__})") from None
 
 
+def allowed_versions() -> str | None:
+    """What ``$DREAMER_PARITY_ALLOW_VERSIONS`` allows: None (unset, empty or ``0``: the
+    lock's pins only), ``"1"`` (any versions) or the name of a :data:`VERSION_SETS` entry.
+
+    Raises:
+      PinError: one line naming the variable when its value is none of these.
+    """
+    value = os.environ.get(ALLOW_VERSIONS_ENV, "").strip()
+    if value in ("", "0"):
+        return None
+    if value == "1" or value in VERSION_SETS:
+        return value
+    raise PinError(f"versions: {ALLOW_VERSIONS_ENV}={value!r} is neither 1 nor a version set "
+                   f"({', '.join(sorted(VERSION_SETS))}; provenance.VERSION_SETS)")
+
+
+def _first_mismatch(packages, installed: dict, want: dict) -> str | None:
+    for p in packages:
+        if want.get(_norm(p)) is None or installed.get(p) != want.get(_norm(p)):
+            return p
+    return None
+
+
 def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=None) -> dict:
     """Compare installed versions with the pins of ``lock_file``.
 
@@ -88,30 +137,71 @@ def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=No
       python: an interpreter whose packages are meant (another venv); None for this one.
 
     Returns:
-      ``{"checked": bool, "override": bool, "versions": {name: installed}}``: with
-      ``$DREAMER_PARITY_ALLOW_VERSIONS=1`` nothing is refused (``checked`` False,
-      ``override`` True) and the process's provenance records it (:func:`collect`).
+      ``{"checked": bool, "override": bool, "version_set": str | None, "versions": {name:
+      installed}}``.  With ``$DREAMER_PARITY_ALLOW_VERSIONS=1`` nothing is refused
+      (``checked`` False, ``override`` True); with it naming a :data:`VERSION_SETS` entry
+      made for ``lock_file``, the set's versions pass too (``checked`` True, ``override``
+      True, ``version_set`` its name; the lock's own pins still pass as without it).  The
+      process's provenance records either (:func:`collect`).
 
     Raises:
       PinError: ``versions: <package> <installed> installed, <lock> pins <version>
-        (...)``, for the first package that differs or is not installed or not pinned.
+        (...)``, for the first package that differs or is not installed or not pinned
+        (naming the version set's version too where one was allowed); or a bad value of
+        ``$DREAMER_PARITY_ALLOW_VERSIONS`` (:func:`allowed_versions`).
     """
-    global _pins_checked
+    global _pins_checked, _version_set
     lock_file = Path(lock_file)
+    allowed = allowed_versions()
     installed = _installed(packages, python)
-    if os.environ.get(ALLOW_VERSIONS_ENV) == "1":
-        return {"checked": False, "override": True, "versions": installed}
+    if allowed == "1":
+        return {"checked": False, "override": True, "version_set": None, "versions": installed}
+    vset = VERSION_SETS.get(allowed) if allowed else None
+    if vset is not None and vset["lock"] != lock_file.name:
+        vset = None   # a set names the one lock it stands beside
     pins = read_pins(lock_file)
-    for p in packages:
-        want, got = pins.get(_norm(p)), installed.get(p)
-        if want is None or got != want:
-            raise PinError(
-                f"versions: {p} {got or 'not'} installed, {lock_file.name} pins "
-                f"{want or 'nothing'} (reinstall from the lock, or set "
-                f"{ALLOW_VERSIONS_ENV}=1 for a deliberate experiment; the run records it)")
+    bad = _first_mismatch(packages, installed, pins)
+    used = None
+    if bad is not None and vset is not None:
+        set_pins = {**pins, **{_norm(k): v for k, v in vset["versions"].items()}}
+        if _first_mismatch(packages, installed, set_pins) is None:
+            bad, used = None, allowed
+    if bad is not None:
+        want, got = pins.get(_norm(bad)), installed.get(bad)
+        also = (f" and version set {allowed} names {vset['versions'].get(bad, want)}"
+                if vset is not None else "")
+        raise PinError(
+            f"versions: {bad} {got or 'not'} installed, {lock_file.name} pins "
+            f"{want or 'nothing'}{also} (reinstall from the lock, or set "
+            f"{ALLOW_VERSIONS_ENV}=1 for a deliberate experiment; the run records it)")
     if python is None:
-        _pins_checked = True
-    return {"checked": True, "override": False, "versions": installed}
+        _pins_checked, _version_set = True, used
+    return {"checked": True, "override": used is not None, "version_set": used,
+            "versions": installed}
+
+
+def package_versions(names: tuple[str, ...] = RECORDED_PACKAGES) -> dict[str, str | None]:
+    """``{distribution: installed version or None}`` of this interpreter, by
+    ``importlib.metadata`` (no module is imported)."""
+    return _installed(names)
+
+
+def backend() -> dict | None:
+    """The jax backend of this process, when jax is already imported (None otherwise; this
+    function never imports it): ``{"platform": "cpu" | "gpu" | ..., "devices": int,
+    "device_kind": str, "matmul_precision": str | None}``; ``{"error": ...}`` when jax
+    cannot say."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None
+    try:
+        devs = jax.devices()
+        return {"platform": jax.default_backend(), "devices": len(devs),
+                "device_kind": devs[0].device_kind if devs else None,
+                "matmul_precision": (None if jax.config.jax_default_matmul_precision is None
+                                     else str(jax.config.jax_default_matmul_precision))}
+    except Exception as e:   # noqa: BLE001 - provenance never stops a run
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
 
 
 #: Files of this repository that a round or ``dvc exp run -S`` rewrites; their state is
@@ -181,10 +271,13 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
 
     Returns:
       ``{"repo": {commit, dirty}, "<name>": {commit, dirty}, "python", "versions",
-      "versions_checked", "versions_override", "cpu", "cpu_count", "os", "xla_flags",
-      "threads"}``.  No path, no host name.  ``versions_checked``: :func:`check_pins`
-      passed in this process (or its launcher's did, ``$DREAMER_PARITY_VERSIONS_CHECKED``);
-      ``versions_override``: ``$DREAMER_PARITY_ALLOW_VERSIONS=1``.
+      "versions_checked", "versions_override", "version_set", "packages", "backend", "cpu",
+      "cpu_count", "os", "xla_flags", "threads"}``.  No path, no host name.
+      ``versions_checked``: :func:`check_pins` passed in this process (or its launcher's
+      did, ``$DREAMER_PARITY_VERSIONS_CHECKED``); ``versions_override``:
+      ``$DREAMER_PARITY_ALLOW_VERSIONS=1``, or a version set's versions passed the check
+      (``version_set`` names it); ``packages``: :func:`package_versions`; ``backend``:
+      :func:`backend`.
     """
     out = {"repo": git_state(REPO_ROOT, exclude=ROUND_FILES)}
     for name, tree in (extra_trees or {}).items():
@@ -200,7 +293,11 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
         "python": platform.python_version(),
         "versions": versions,
         "versions_checked": _pins_checked or os.environ.get(CHECKED_ENV) == "1",
-        "versions_override": os.environ.get(ALLOW_VERSIONS_ENV) == "1",
+        "versions_override": (os.environ.get(ALLOW_VERSIONS_ENV, "").strip() == "1"
+                              or _version_set is not None),
+        "version_set": _version_set,
+        "packages": package_versions(),
+        "backend": backend(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "os": f"{platform.system()} {platform.machine()}",

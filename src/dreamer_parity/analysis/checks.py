@@ -297,7 +297,8 @@ def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None =
       "mixed": {side: bool} (runs of one side imported different versions),
       "sides_differ": bool (the two sides imported different versions; by design, as the
       two locks differ, so not a flag by itself), "off_pin": {side: ["s<seed> jax X != pin Y",
-      ...]}, "overrides": ["<side> s<seed>", ...] (runs recorded versions_override),
+      ...]}, "overrides": ["<side> s<seed>[ (version set <name>)]", ...] (runs recorded
+      versions_override),
       "unrecorded": ["<side> s<seed>", ...]}``.  FLAG: a side mixes versions, a run departs
       from its side's pin, or a run was started with the override; N/A: no run records
       versions; else PASS.
@@ -325,7 +326,9 @@ def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None =
             out["versions"][side][key] = v
             seen[side].add(tuple(v[p] for p in packages))
             if prov.get("versions_override") is True:
-                out["overrides"].append(f"{side} {key}")
+                vset = prov.get("version_set")
+                out["overrides"].append(f"{side} {key}" + (f" (version set {vset})"
+                                                           if isinstance(vset, str) else ""))
             for p in packages:
                 want = (pins.get(side) or {}).get(p)
                 if want is not None and v[p] != want:
@@ -338,7 +341,7 @@ def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None =
                 for side in ("reference", "candidate") if out["mixed"][side]]
     problems += [f"{side} {x}" for side in ("reference", "candidate") for x in out["off_pin"][side]]
     if out["overrides"]:
-        problems.append(f"started with DREAMER_PARITY_ALLOW_VERSIONS=1: "
+        problems.append(f"started with DREAMER_PARITY_ALLOW_VERSIONS: "
                         f"{', '.join(out['overrides'])}")
     if problems:
         out["status"], out["detail"] = "FLAG", "; ".join(problems)

@@ -1,0 +1,219 @@
+"""The GPU check (benchmarks/gpu_check.py) run end to end on the CPU backend.
+
+The dry runs call the script as the GPU machine would (a child process per phase, the JSON
+in --out), with ``--platform cpu``: once with the stand-in agent of ``candidate_stub``
+(growing counts, both comparison precisions, the budget) and once with the real agent at
+the smoke profile, so an API change in the agent, the loop or jax breaks the suite rather
+than the one GPU call.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dreamer_parity import provenance
+from dreamer_parity.schedule import per_vector_step
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+_SPEC = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+gpu_check = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gpu_check)
+
+TINY = ["--platform", "cpu", "--step-updates", "2", "--loop-steps", "2", "--loop-chunks", "1",
+        "--rows", "1200", "--compare-updates", "2"]
+
+
+def _run(tmp_path, *args, agent_stub=True, timeout=900):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "tests")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.pop(provenance.ALLOW_VERSIONS_ENV, None)
+    cmd = [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), *TINY, *args]
+    if agent_stub:
+        cmd += ["--agent", "candidate_stub"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    res = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    return r, res
+
+
+def _phase(res, name):
+    return next(p for p in res["phases"] if p["name"] == name)
+
+
+def test_dry_run_with_the_stub_grows_compares_and_records(tmp_path):
+    r, res = _run(tmp_path, "--seeds", "1", "--max-seeds", "2", "--budget-s", "400")
+    assert r.returncode == 0, r.stderr
+    names = [p["name"] for p in res["phases"]]
+    # probe, count 1, the highest-precision compare, count 2 (grown; 4 is past --max-seeds),
+    # and the CPU side, which ran alongside (recorded when it ended)
+    assert [x for x in names if x != "compare-cpu"] == [
+        "probe", "step-1", "loop-1", "compare-highest", "step-2", "loop-2"], names
+    assert names.count("compare-cpu") == 1 and names.index("compare-cpu") > 1
+    assert _phase(res, "step-2")["grown"] is True
+    assert all(p["status"] == "ok" for p in res["phases"]), res["summary"]
+    assert res["device"]["backend"]["platform"] == "cpu"
+    s = res["summary"]
+    assert s["largest_ok"] == {"step": 2, "loop": 2}
+    for kind in ("step", "loop"):
+        for n in ("1", "2"):
+            f = s[kind][n]
+            assert f["seed_updates_per_s"] > 0 and f["compile_s"] > 0
+            assert f["peak_bytes"] > 2**20 and f["memory_source"] == "ru_maxrss"
+    loop2 = _phase(res, "loop-2")["result"]
+    # one timed chunk of 2 vector steps after the gate at 8 updates each; the whole run:
+    # 33 chunks of 2 up to the gate's vector step 65, one untimed and one timed chunk
+    assert loop2["timed_updates"] == 16 and loop2["seeds"] == 2
+    assert loop2["updates_done"] == sum(per_vector_step(70)) == 41
+    assert loop2["seed_updates_per_s"] == pytest.approx(2 * 16 / loop2["timed_s"])
+    step2 = _phase(res, "step-2")["result"]
+    assert len(step2["times_s"]) == 3 and step2["updates"] == 2
+    assert step2["seed_updates_per_s"] == pytest.approx(2 * 2 / sum(step2["times_s"][1:]))
+    # the same program on the same backend: no difference; the stub's NaN metric (every
+    # other update) compares equal to itself
+    for prec in ("default", "highest"):
+        d = s["compare"][prec]
+        assert d["max_abs"] == 0.0 and d["max_rel"] == 0.0 and d["max_abs_metric"] is None
+        assert d["metrics"] == 6 and d["only_one_side"] == []
+    dev = _phase(res, "step-1")["result"]["metrics"]
+    assert len(dev["vector_loss"]) == 2 and dev["maybe_nan"][1] is None
+    assert res["versions"]["checked"] is True and res["versions"]["version_set"] is None
+    assert res["argv"][:2] == ["--out", "<out>"]
+    assert res["code"]["sha256_src_and_check"] == gpu_check.tree_digest(
+        ["src/dreamer_parity", "benchmarks/gpu_check.py"])
+    assert "| 2 |" in r.stdout and "every value equal" in r.stdout
+
+
+def test_budget_ends_the_check_cleanly(tmp_path):
+    r, res = _run(tmp_path, "--seeds", "1", "2", "--budget-s", "9")
+    assert r.returncode == 0, r.stderr
+    assert res["elapsed_s"] < 9 + 20
+    # 9 s less the 3 s kept back: the probe (a jax import) leaves too little for the rest
+    assert any(p["status"] in ("skipped", "stopped") for p in res["phases"]), res["phases"]
+    for p in res["phases"]:
+        assert p["status"] in ("ok", "skipped", "stopped"), p
+        if p["status"] != "ok":
+            assert "budget" in p["reason"]
+    assert res["summary"]["skipped"]
+
+
+def test_real_agent_smoke_dry_run(tmp_path):
+    # the train step only (the loop's phase is the stub test's; the real agent's loop is
+    # test_candidate_loop_run's): one cold compile, which the CPU side then finds cached
+    r, res = _run(tmp_path, "--profile", "smoke", "--seeds", "1", "--max-seeds", "1",
+                  "--parts", "step", "--compare-precisions", "default", "--cpu-compare",
+                  "after", "--budget-s", "850", agent_stub=False, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert [p["name"] for p in res["phases"]] == ["probe", "step-1", "compare-cpu"]
+    assert all(p["status"] == "ok" for p in res["phases"]), res["summary"]
+    s = res["summary"]
+    assert s["step"]["1"]["seed_updates_per_s"] > 0 and s["loop"] == {}
+    assert s["cpu_step_1"]["seed_updates_per_s"] > 0
+    d = s["compare"]["default"]
+    assert d["max_abs"] == 0.0 and d["metrics"] > 50     # the agent's metrics, all equal
+    m = _phase(res, "step-1")["result"]["metrics"]
+    assert all(len(v) == 2 for k, v in m.items() if k != "params_abs_sum")
+    assert m["params_abs_sum"][0] > 0
+    assert _phase(res, "step-1")["result"]["state_bytes_per_seed"] > 0
+    prov = res["device"]["provenance"]
+    assert prov["packages"]["gymnax"] == provenance.read_pins(REPO / "requirements.lock")["gymnax"]
+
+
+def test_metric_differences_pick_the_largest_and_handle_non_finite():
+    dev = {"a": [1.0, 2.0], "b": [0.0, None], "c": [float("inf"), 1.0], "d": [5.0]}
+    cpu = {"a": [1.0, 2.5], "b": [0.0, None], "c": [1.0, 1.0], "e": [1.0]}
+    d = gpu_check.metric_differences(dev, cpu)
+    assert d["per_metric"]["a"] == {"max_abs": 0.5, "max_rel": 0.2}
+    assert d["per_metric"]["b"] == {"max_abs": 0.0, "max_rel": 0.0}
+    assert d["max_abs"] == float("inf") and d["max_abs_metric"] == "c"
+    assert d["max_abs_update"] == 0
+    assert d["only_one_side"] == ["d", "e"] and d["metrics"] == 3
+
+
+def test_classify_tells_oom_from_error_and_reads_the_result():
+    ok = gpu_check.classify(0, 'noise\nPHASE {"x": 1}\n', "", False, 1.0)
+    assert ok == {"status": "ok", "result": {"x": 1}}
+    err = "Traceback (most recent call last):\n  File x\njaxlib.XlaRuntimeError: " \
+          "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123 bytes.\n"
+    oom = gpu_check.classify(1, "", err, False, 1.0)
+    assert oom["status"] == "oom" and oom["reason"].startswith("jaxlib.XlaRuntimeError")
+    bad = gpu_check.classify(1, "", "Traceback\n  File y\nKeyError: 'nope'\n", False, 1.0)
+    assert bad["status"] == "error" and bad["reason"] == "KeyError: 'nope'"
+    assert gpu_check.classify(0, "", "", False, 1.0)["reason"] == "exit 0"
+    st = gpu_check.classify(-9, "", "", True, 12.4)
+    assert st == {"status": "stopped", "reason": "budget ended after 12 s of this phase"}
+
+
+def _wheel(dest: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel holding one module ``<name>_probe``."""
+    mod = f"{name.replace('-', '_')}_probe"
+    info = f"{name.replace('-', '_')}-{version}.dist-info"
+    path = dest / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    files = {f"{mod}.py": "VALUE = 7\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{k},,\n" for k in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+    return path
+
+
+def test_only_missing_wheels_are_installed_into_the_target(tmp_path, monkeypatch):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "dp-gpu-check-probe", "0.1")
+    numpy_version = provenance.package_versions(("numpy",))["numpy"]
+    _wheel(wheels, "numpy", "0.0.1")     # installed already: left alone
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "")
+    plan = gpu_check.install_wheels(wheels, tmp_path / "site")
+    by = {p["name"]: p for p in plan}
+    assert by["dp-gpu-check-probe"]["action"] == "install"
+    assert by["dp-gpu-check-probe"]["installed"] is None
+    assert by["numpy"] == {"wheel": "numpy-0.0.1-py3-none-any.whl", "name": "numpy",
+                           "version": "0.0.1", "installed": numpy_version, "action": "present"}
+    assert (tmp_path / "site" / "dp_gpu_check_probe_probe.py").read_text() == "VALUE = 7\n"
+    assert not (tmp_path / "site" / "numpy_probe.py").exists()
+    assert os.environ["PYTHONPATH"] == str(tmp_path / "site")
+    assert sys.path[0] == str(tmp_path / "site")
+
+
+def test_wheel_names_and_bad_arguments():
+    assert gpu_check.wheel_name("Farama_Notifications-0.0.6-py3-none-any.whl") == (
+        "farama-notifications", "0.0.6")
+    with pytest.raises(ValueError, match="notes.txt: not a wheel file name"):
+        gpu_check.wheel_name("notes.txt")
+    for args, msg in ((["--seeds", "0"], "argument --seeds: '0' must be positive"),
+                      (["--versions", "gpu-x"], "--versions 'gpu-x' is not in"),
+                      (["--rows", "1000"], "--rows must be a multiple of 16"),
+                      (["--compare-precisions", "highest"], "must include default"),
+                      ([], "--out is required")):
+        out = ["--out", "x"] if args else []
+        r = subprocess.run([sys.executable, str(SCRIPT), *out, *args], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+
+
+def test_the_wheels_are_pinned_by_the_lock():
+    pins = provenance.read_pins(REPO / "requirements.lock")
+    assert {n: pins[n] for n in gpu_check.GPU_WHEELS} == {
+        "gymnax": "1.0.1", "gymnasium": "1.3.0", "farama-notifications": "0.0.6"}
+
+
+def test_the_tree_a_device_call_sends_stays_under_its_limit():
+    # the device call sends the tracked and untracked, not ignored files plus the carried
+    # wheels (about 1 MiB), 64 MiB at most (docs/CANDIDATE.md#gpu)
+    sent = gpu_check.travelling_bytes()
+    if sent is None:
+        pytest.skip("not a git checkout")
+    assert sent > (REPO / "requirements.lock").stat().st_size + SCRIPT.stat().st_size
+    assert sent + 2**20 < 64 * 2**20, f"{sent / 2**20:.1f} MiB would travel"
