@@ -26,17 +26,26 @@ reference-setup: $(STAMP)
 params-check:
 	@$(PY) -m dreamer_parity.params check --file params.yaml >/dev/null
 
-# The reference set-up is needed only when params.yaml runs the reference
-# (reference.source: run); a published reference side comes with the repository.
+# The reference set-up is needed only when params.yaml runs a reference seed here
+# (reference.source: run; docs/SIDES.md); a published reference side comes with the repository.
 setup: venv
-	@if [ "$$($(PY) -m dreamer_parity.params show --key reference | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["source"])')" = run ]; \
+	@if [ "$$($(PY) -m dreamer_parity.sides runs-here reference)" = yes ]; \
 	  then $(MAKE) --no-print-directory reference-setup; fi
 
 # Stage commands call `python` from PATH (dvc.yaml, README.md): .venv/bin goes first.
 DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
 
+# `make run` restores before it recomputes: what the store (dvc remote) holds for unchanged
+# inputs is pulled, and only stages whose inputs changed run.  `make run FORCE=1` reruns
+# every stage of the round (dvc repro -f).
+ifeq ($(FORCE),1)
+REPRO_FLAGS := -f
+else
+REPRO_FLAGS := --pull
+endif
+
 run: venv params-check setup
-	$(DVC) repro
+	$(DVC) repro $(REPRO_FLAGS)
 
 # The smoke round (both sides run at tiny widths: needs the reference set-up) as an
 # experiment in the workspace; -f replaces an earlier `smoke` experiment.  Afterwards the

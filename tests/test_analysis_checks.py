@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dreamer_parity import records
+from dreamer_parity import records, sides
 from dreamer_parity.analysis import checks, load, synthetic
 from dreamer_parity.params import eval_points, validate
 
@@ -172,7 +172,8 @@ def test_nested_side_directory_and_params_in_config(tmp_path):
     cand = tmp_path / "cand_out"
     cand.mkdir()
     (tmp_path / "out" / "candidate").rename(cand / "candidate")
-    assert load.detect_layout(cand, "candidate") == "records"
+    assert {e.layout for e in sides.side_from_dir(cand, "candidate", PARAMS["seeds"]).seeds} == \
+        {"records"}
     runs = load.load_side(cand, "candidate", PARAMS["seeds"])
     assert [r.seed for r in runs] == [0, 1]
     # the candidate records its validated params under config.params, the seed at top level

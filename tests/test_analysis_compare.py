@@ -131,7 +131,7 @@ def test_malformed_published_line_is_named(tmp_path):
     d = tmp_path / "pub" / "ref_s0"
     d.mkdir(parents=True)
     (d / "evals.jsonl").write_text('{"seed": 0, "rows": 400, "updates": 0, "mean": 1.0}\n{"seed": 0,\n')
-    with pytest.raises(load.AnalysisError, match=r"evals.jsonl:2: invalid JSON"):
+    with pytest.raises(records.RecordError, match=r"evals.jsonl:2: truncated or invalid JSON"):
         load.load_side(tmp_path / "pub", "reference", [0])
 
 

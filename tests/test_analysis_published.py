@@ -5,6 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from pathlib import Path
+
+from dreamer_parity import sides
 from dreamer_parity.analysis import compare, load, metrics_out, published, published_tables, stats
 from dreamer_parity.params import validate
 
@@ -29,8 +32,11 @@ def pair(request, published_dir):
 
 
 def test_layout_detected(published_dir):
-    assert load.detect_layout(published_dir / "round1", "reference") == "published"
-    assert load.detect_layout(published_dir / "round1" / "ajax", "candidate") == "published"
+    ref = sides.side_from_dir(published_dir / "round1", "reference", SEEDS)
+    assert {(e.layout, e.made_by) for e in ref.seeds} == {("published", "reference")}
+    assert Path(ref.seeds[0].run_dir).name == f"ref_s{SEEDS[0]}"
+    cand = sides.side_from_dir(published_dir / "round1" / "ajax", "candidate", SEEDS)
+    assert {(e.layout, e.made_by) for e in cand.seeds} == {("published", "candidate")}
 
 
 def test_s1_and_rule_equal_published_summary(pair):

@@ -119,7 +119,7 @@ def test_same_seed_finds_where_the_episodes_part(checked):
     params, res = checked
     run = res["sides"]["reference"]["runs"][0]
     pub = {r.seed: r for r in load_side(
-        PUB / "round1", "reference", [0, 1, 2], "published")}
+        PUB / "round1", "reference", [0, 1, 2])}
     # the synthetic seed 0 is not the study's: its first point already differs
     m = reference_check.same_seed(run, pub[0])
     assert m["rows"] == list(range(2000, 20001, 2000))

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dreamer_parity import params as params_mod
-from dreamer_parity import records
+from dreamer_parity import records, sides
 from dreamer_parity.analysis import checks, load, published, synthetic
 from dreamer_parity.analysis.load import AnalysisError
 
@@ -260,7 +260,7 @@ def test_mutated_run_file(round_dir, name, data):
         path.write_bytes(mutated)
         try:
             cs = _load_round(round_dir)
-        except (records.RecordError, AnalysisError) as e:
+        except (records.RecordError, AnalysisError, sides.SideError) as e:
             REFUSED[name] += 1
             assert_one_line(e, (name, "candidate/s0", "candidate seed 0"),
                             mutated.count(b"\n"))
@@ -287,7 +287,7 @@ def test_mutated_published_evals(pub_dir, data):
         try:
             run = published.load_run(pub_dir, "reference", 0)
             load.check_eval_rows([run], params_mod.eval_points(PUB_PARAMS))
-        except AnalysisError as e:
+        except (records.RecordError, AnalysisError) as e:
             REFUSED["evals.jsonl"] += 1
             assert_one_line(e, ("evals.jsonl", "ref_s0"), mutated.count(b"\n"))
             return
@@ -317,7 +317,7 @@ def test_mutated_params_yaml(tmp_path_factory, data):
 
 @pytest.mark.parametrize("text, expected", [
     (b"round: t\nd\nrows: 1\n", "params: <root>: params.yaml line 3: invalid YAML: could not find expected ':'"),
-    (b"\xa3 comment\nround: t\n", "params: <root>: params.yaml line 1: not UTF-8 text")])
+    (b"\xa3 comment\nround: t\n", "params: <root>: params.yaml:1: not UTF-8 text (byte 0)")])
 def test_params_load_refuses_in_one_line(tmp_path, text, expected):
     path = tmp_path / "params.yaml"
     path.write_bytes(text)

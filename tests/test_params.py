@@ -229,7 +229,8 @@ def test_good_return_not_finite():
 
 def test_empty_source():
     assert _error(_set(_defaults_raw(), "reference.source", "")) == \
-        "params: reference.source: must be 'run' or a directory of published runs"
+        "params: reference.source: must be 'run', a directory of runs or a list of " \
+        "{from, seeds} (docs/SIDES.md)"
 
 
 def test_root_not_a_mapping():

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from dreamer_parity import params as P
-from dreamer_parity import pipeline
+from dreamer_parity import preflight as pf
 
 from pipeline_helpers import (REPO, dvc, git, lock_stage, make_clone, ran_stages,
                               set_params, tree_digest)
@@ -46,21 +46,24 @@ def record(side, seed, rows, val_std):
 '''
 
 STUB_LAUNCH = RECORD + '''
-import argparse, os, sys
+import os, sys
 from pathlib import Path
-from dreamer_parity import params as P, records as R
-ap = argparse.ArgumentParser()
-ap.add_argument("--params"); ap.add_argument("--seed", type=int); ap.add_argument("--out")
-a = ap.parse_args(); p = P.load(a.params); out = Path(a.out)
-out.mkdir(parents=True, exist_ok=True)
-if os.environ.get("STUB_FAIL_SEED") == str(a.seed):
-    (out / "records.jsonl").write_text("{}\\n")
-    sys.exit("stub reference: failing midway on purpose")
-R.write_json(out / "run.json", {"seed": a.seed, "decode": p["reference"]["decode"],
-                                "sampler": p["reference"]["sampler"], "rows": p["rows"]})
-v = 0.08 if p["reference"]["decode"] == "ref" else 0.01
-R.write_jsonl(out / "records.jsonl", [record("reference", a.seed, p["rows"], v)])
-R.write_done(out)
+from dreamer_parity import records as R
+
+
+def launch(p, seed, out_dir, root=None):
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("STUB_FAIL_SEED") == str(seed):
+        (out / "records.jsonl").write_text("{}\\n")
+        print("stub reference: failing midway on purpose", file=sys.stderr)
+        return 1
+    R.write_json(out / "run.json", {"seed": seed, "decode": p["reference"]["decode"],
+                                    "sampler": p["reference"]["sampler"], "rows": p["rows"]})
+    v = 0.08 if p["reference"]["decode"] == "ref" else 0.01
+    R.write_jsonl(out / "records.jsonl", [record("reference", seed, p["rows"], v)])
+    R.write_done(out)
+    return 0
 '''
 
 STUB_CANDIDATE = RECORD + '''
@@ -79,26 +82,46 @@ for s in p["seeds"]:
 '''
 
 STUB_COMPARE = '''
-import argparse
 from pathlib import Path
-from dreamer_parity import params as P, records as R
-ap = argparse.ArgumentParser()
-for k in ("--params", "--reference", "--candidate", "--metrics-dir", "--plots-dir",
-          "--report", "--prereg"):
-    ap.add_argument(k, required=True)
-a = ap.parse_args(); p = P.load(a.params)
-R.write_json(Path(a.metrics_dir) / "summary.json", {
-    "candidate": {"last_val_std": 1.0 if p["decode"] == "exact" else 2.0},
-    "reference": {"last_val_std": 3.0 if p["reference"]["decode"] == "ref" else 4.0},
-    "good_return": p["stats"]["good_return"]})
-pl = Path(a.plots_dir); pl.mkdir(parents=True, exist_ok=True)
-for n in ("eval_curve.csv", "entropy_windows.csv", "eval_curves.png", "s2_curve.png",
-          "entropy_windows.png", "iqm.png", "performance_profile.png", "windows.png",
-          "windows/candidate_val_std.csv"):
-    (pl / n).parent.mkdir(parents=True, exist_ok=True)
-    (pl / n).write_text(n)
-R.write_json(Path(a.metrics_dir) / "windows.json", {"round": p["round"]})
-Path(a.report).write_text(f"reference {a.reference}\\nprereg {a.prereg}\\n")
+from types import SimpleNamespace
+
+import pandas as pd
+
+from dreamer_parity import records as R, sides
+from dreamer_parity.analysis.last_window import last_window_metrics
+
+
+def _runs(side):
+    out = []
+    for e in side.seeds:
+        train = None
+        if e.layout == "records":
+            recs = R.read_records(e.run_dir)
+            train = pd.DataFrame([r["train"] for r in recs], index=[r["rows"] for r in recs],
+                                 dtype=float)
+        out.append(SimpleNamespace(seed=e.seed, train=train))
+    return out
+
+
+def run_round(p, root=".", metrics_dir="metrics", plots_dir="metrics/plots",
+              report="results/report.md", prereg=None, reference=None, candidate=None):
+    resolved = sides.resolve(p, root)
+    R.write_json(Path(metrics_dir) / "summary.json", {
+        "candidate": {"last_val_std": 1.0 if p["decode"] == "exact" else 2.0},
+        "reference": {"last_val_std": 3.0 if p["reference"]["decode"] == "ref" else 4.0},
+        "good_return": p["stats"]["good_return"]})
+    R.write_json(Path(metrics_dir) / "train_last_window.json", last_window_metrics(
+        p, {k: {"runs": _runs(v)} for k, v in resolved.items()}))
+    pl = Path(plots_dir); pl.mkdir(parents=True, exist_ok=True)
+    for n in ("eval_curve.csv", "entropy_windows.csv", "eval_curves.png", "s2_curve.png",
+              "entropy_windows.png", "iqm.png", "performance_profile.png", "windows.png",
+              "windows/candidate_val_std.csv"):
+        (pl / n).parent.mkdir(parents=True, exist_ok=True)
+        (pl / n).write_text(n)
+    R.write_json(Path(metrics_dir) / "windows.json", {"round": p["round"]})
+    ref = "; ".join(resolved["reference"].sources)
+    Path(report).write_text(f"reference {ref}\\nprereg {prereg}\\n")
+    return 0
 '''
 
 STUBS = {
@@ -145,8 +168,9 @@ def test_stage_parameters_are_exactly_what_each_side_reads():
                                            "reference.decode", "reference.sampler",
                                            "reference.source"])
     assert sorted(_params(cand)) == sorted(["decode", "profile", "seeds", "rows", "eval_every",
-                                            "eval_episodes"])
-    assert {"round", "decode", "reference", "stats", "gate", "seeds", "rows"} <= set(_params(comp))
+                                            "eval_episodes", "candidate.source"])
+    assert {"round", "decode", "reference", "candidate", "stats", "gate", "seeds",
+            "rows"} <= set(_params(comp))
     assert _params(STAGES["preflight"]) == ["params.yaml"]  # the whole file
     # every key of the schema is read by some stage besides preflight
     declared = set(_params(ref)) | set(_params(cand)) | set(_params(comp))
@@ -172,6 +196,19 @@ def test_every_stage_waits_for_preflight_and_metrics_live_in_git():
     # run outputs are cached (no options), so they go to the remote with dvc push
     assert STAGES["candidate"]["outs"] == ["results/candidate"]
     assert STAGES["reference"]["do"]["outs"] == ["results/reference/s${item}"]
+
+
+def test_make_run_restores_before_it_recomputes():
+    """`make run` is `dvc repro --pull`; `make run FORCE=1` is `dvc repro -f`."""
+    import subprocess
+
+    def dry(*args):
+        out = subprocess.run(["make", "-n", "run", *args], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, check=True).stdout
+        return [x for x in out.splitlines() if "dvc repro" in x]
+
+    assert len(dry()) == 1 and dry()[0].endswith("dvc repro --pull")
+    assert len(dry("FORCE=1")) == 1 and dry("FORCE=1")[0].endswith("dvc repro -f")
 
 
 def test_stage_list_expands_one_reference_stage_per_seed():
@@ -208,8 +245,8 @@ def _write_params(tmp_path, **flat):
 ])
 def test_preflight_names_the_bad_parameter(tmp_path, flat, message):
     _write_params(tmp_path, **flat)
-    with pytest.raises(pipeline.PreflightError) as e:
-        pipeline.preflight(root=tmp_path)
+    with pytest.raises(pf.PreflightError) as e:
+        pf.preflight(root=tmp_path)
     assert str(e.value).startswith(message)
     assert "\n" not in str(e.value)
 
@@ -217,8 +254,8 @@ def test_preflight_names_the_bad_parameter(tmp_path, flat, message):
 def test_preflight_reports_a_missing_reference_setup(tmp_path, monkeypatch):
     _write_params(tmp_path)
     monkeypatch.setenv("DREAMER_PARITY_REF_ROOT", str(tmp_path / "no-setup"))
-    with pytest.raises(pipeline.PreflightError) as e:
-        pipeline.preflight(root=tmp_path)
+    with pytest.raises(pf.PreflightError) as e:
+        pf.preflight(root=tmp_path)
     assert str(e.value).startswith("reference set-up: ")
     assert "make reference-setup" in str(e.value)
 
@@ -229,11 +266,15 @@ def test_preflight_checks_the_published_seeds(tmp_path):
         (pub / f"ref_s{s}").mkdir(parents=True)
         (pub / f"ref_s{s}" / "evals.jsonl").write_text("{}\n")
     _write_params(tmp_path, **{"reference.source": "data/published/round1"})
-    with pytest.raises(pipeline.PreflightError, match=r"no published run for seeds \[2\]"):
-        pipeline.preflight(root=tmp_path)
+    with pytest.raises(pf.PreflightError, match=r"^params: reference.source: "
+                                                  r"data/published/round1 has no run of seed 2 "):
+        pf.preflight(root=tmp_path)
     _write_params(tmp_path, **{"reference.source": "data/published/round1", "seeds": [0, 1]})
-    assert pipeline.preflight(root=tmp_path)["seeds"] == [0, 1]
-    assert pipeline.reference_dir(pipeline.preflight(root=tmp_path)) == "data/published/round1"
+    params = pf.preflight(root=tmp_path)
+    assert params["seeds"] == [0, 1]
+    ref = pf.check(params, tmp_path)["reference"]
+    assert [e.run_dir for e in ref.seeds] == ["data/published/round1/ref_s0",
+                                              "data/published/round1/ref_s1"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -289,7 +330,7 @@ def test_repro_runs_every_stage_once_in_order(stub_round):
     clone, out = stub_round
     assert ran_stages(out) == ["preflight", "port_check", "reference@0", "reference@1",
                                "candidate", "compare"]
-    assert (clone / "results" / "preflight.ok").read_text() == pipeline.GATE_TEXT
+    assert (clone / "results" / "preflight.ok").read_text() == pf.GATE_TEXT
     for s in (0, 1):
         assert json.loads((clone / f"results/reference/s{s}/DONE.json").read_text()) == {"status": "ok"}
         assert (clone / f"results/candidate/s{s}/DONE.json").is_file()

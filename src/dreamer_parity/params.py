@@ -28,9 +28,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOKE",
-           "eval_points", "PROFILES"]
+           "eval_points", "PROFILES", "NUM_ENVS", "DECODES", "SAMPLERS", "repo_path"]
 
+#: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
+#: Two-hot expectation of either side: ``exact`` (mirror difference) | ``ref`` (the
+#: reference's pair sum).  The one definition of the allowed values.
+DECODES = ("exact", "ref")
+#: The reference replay's uniform selector seeding: ``stock`` (seed 0) | ``per_run``.
+SAMPLERS = ("stock", "per_run")
 
 #: Network widths of the two profiles (Candidate and Reference issues).
 PROFILES = {
@@ -52,7 +58,7 @@ class ParamsError(ValueError):
 
 @dataclass(frozen=True)
 class Field:
-    type: str            # int, float, str, bool, int_list, int_pair_or_empty
+    type: str            # int, float, str, bool, int_list, int_pair_or_empty, source
     default: Any
     choices: tuple = ()
     doc: str = ""
@@ -61,7 +67,7 @@ class Field:
 #: Declared keys (dotted) with their type, default and meaning.
 SCHEMA: dict[str, Field] = {
     "round": Field("str", "round1", doc="name of the round: its pre-registration docs/rounds/<round>.md and the report title (run outputs keep fixed paths)"),
-    "decode": Field("str", "exact", ("exact", "ref"),
+    "decode": Field("str", "exact", DECODES,
                     "candidate's two-hot expectation: exact mirror difference | reference pair sum"),
     "profile": Field("str", "full", ("full", "smoke"), "network widths (PROFILES)"),
     "seeds": Field("int_list", [0, 1, 2], doc="run seeds, unique non-negative integers"),
@@ -69,12 +75,16 @@ SCHEMA: dict[str, Field] = {
     "eval_every": Field("int", 2000,
                         doc="rows between evaluation points; multiple of 16 dividing rows"),
     "eval_episodes": Field("int", 10, doc="evaluation episodes (fresh envs) per point"),
-    "reference.decode": Field("str", "ref", ("ref", "exact"),
+    "reference.decode": Field("str", "ref", DECODES,
                               "reference two-hot mean: stock formula | exact replacement"),
-    "reference.sampler": Field("str", "stock", ("stock", "per_run"),
+    "reference.sampler": Field("str", "stock", SAMPLERS,
                                "replay uniform selector: stock seed 0 | [seed, 0x5EED]"),
-    "reference.source": Field("str", "run",
-                              doc="'run' to run the reference, or a directory of published runs"),
+    "reference.source": Field("source", "run",
+                              doc="where the reference side's runs come from: 'run', a "
+                                  "directory of runs, or [{from, seeds}] (docs/SIDES.md)"),
+    "candidate.source": Field("source", "run",
+                              doc="where the candidate side's runs come from: 'run', a "
+                                  "directory of runs, or [{from, seeds}] (docs/SIDES.md)"),
     "stats.s1_rows": Field("int_list", [16000, 18000, 20000],
                            doc="pre-registered S1 rows (evaluation points)"),
     "stats.late_rows": Field("int_pair_or_empty", [],
@@ -113,6 +123,7 @@ SMOKE = {
     "reference.decode": "ref",
     "reference.sampler": "stock",
     "reference.source": "run",
+    "candidate.source": "run",
     "profile": "smoke",
     "seeds": [0, 1],
     "rows": 1200,
@@ -208,6 +219,8 @@ def _coerce(key: str, field: Field, v):
         if t == "int_pair_or_empty" and out and out[0] > out[1]:
             raise ParamsError(key, f"first row {out[0]} is after last row {out[1]}")
         return out
+    if t == "source":
+        return _coerce_source(key, v)
     if t in ("float_or_null", "int_or_null"):
         if v is None or (isinstance(v, str) and v.strip().lower() in ("null", "none", "")):
             return None
@@ -219,6 +232,61 @@ def _coerce(key: str, field: Field, v):
             return v.strip().lower() == "true"
         raise ParamsError(key, f"expected true or false, got {v!r}")
     raise AssertionError(t)
+
+
+def _check_rel_path(key: str, v: str) -> str:
+    p = Path(v)
+    if p.is_absolute() or v.startswith("~"):
+        raise ParamsError(key, f"{v!r} is absolute; use a path relative to the repository, "
+                               f"e.g. data/published/round3 (absolute paths must not be committed)")
+    if ".." in p.parts:
+        raise ParamsError(key, f"{v!r} leaves the repository ('..'); name a directory inside it")
+    return v
+
+
+def _coerce_source(key: str, v):
+    """``run``, a relative directory, or ``[{from: run | dir, seeds: [..]}, ...]``."""
+    if isinstance(v, str):
+        if not v.strip():
+            raise ParamsError(key, "must be 'run', a directory of runs or a list of "
+                                   "{from, seeds} (docs/SIDES.md)")
+        return v if v == "run" else _check_rel_path(key, v)
+    if isinstance(v, (list, tuple)) and v:
+        out = []
+        for i, part in enumerate(v):
+            if not isinstance(part, dict) or set(part) != {"from", "seeds"}:
+                raise ParamsError(key, f"entry {i}: expected {{from: run | <dir>, seeds: [..]}}, "
+                                       f"got {part!r}")
+            frm = part["from"]
+            if not isinstance(frm, str) or not frm.strip():
+                raise ParamsError(key, f"entry {i}: from: expected 'run' or a directory, got {frm!r}")
+            seeds = _coerce(key, Field("int_list", []), part["seeds"])
+            if not seeds:
+                raise ParamsError(key, f"entry {i}: seeds: needs at least one seed")
+            out.append({"from": frm if frm == "run" else _check_rel_path(key, frm),
+                        "seeds": seeds})
+        return out
+    raise ParamsError(key, f"expected 'run', a directory or a list of {{from, seeds}}, got {v!r}")
+
+
+def repo_path(key: str, value: str, root: str | Path = ".") -> Path:
+    """``root / value``, refused unless it stays inside ``root`` (symlinks resolved).
+
+    The one check of every ``*.source`` directory (docs/SIDES.md).
+
+    Raises:
+      ParamsError: naming ``key``: ``value`` is absolute, holds ``..`` or resolves
+        (through a symlink) outside ``root``.
+    """
+    _check_rel_path(key, value)
+    root = Path(root)
+    p = root / value
+    try:
+        p.resolve().relative_to(root.resolve())
+    except ValueError:
+        raise ParamsError(key, f"{value!r} resolves outside the repository (a symlink?); "
+                               f"name a directory inside it") from None
+    return p
 
 
 def _nest(flat: dict) -> dict:
@@ -260,7 +328,7 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
         raise ParamsError("<root>", f"{where} must hold a mapping, got {type(raw).__name__}")
     # A declared dict key given as a scalar (e.g. "reference: 3") is caught first.
     for key in raw:
-        if key in ("reference", "stats", "gate") and not isinstance(raw[key], dict):
+        if key in ("reference", "candidate", "stats", "gate") and not isinstance(raw[key], dict):
             raise ParamsError(key, f"expected a mapping, got {raw[key]!r}")
     flat = _flatten(raw)
     for key in flat:
@@ -329,13 +397,19 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
                 raise ParamsError(key, f"range {rng} holds no evaluation point")
             if rng[1] > typed["rows"]:
                 raise ParamsError(key, f"range {rng} ends after rows={typed['rows']}")
-    src = typed["reference.source"]
-    if not src:
-        raise ParamsError("reference.source", "must be 'run' or a directory of published runs")
-    if src != "run" and (Path(src).is_absolute() or src.startswith("~")):
-        raise ParamsError(
-            "reference.source", f"{src!r} is absolute; use a path relative to the repository, "
-                                f"e.g. data/published/round3 (absolute paths must not be committed)")
+    for key in ("reference.source", "candidate.source"):
+        src = typed[key]
+        if isinstance(src, list):
+            listed = [s for part in src for s in part["seeds"]]
+            dup = sorted({s for s in listed if listed.count(s) > 1})
+            if dup:
+                raise ParamsError(key, f"seeds {dup} listed more than once (each seed exactly once)")
+            extra = [s for s in listed if s not in seeds]
+            if extra:
+                raise ParamsError(key, f"seeds {extra} are not round seeds {seeds}")
+            missing = [s for s in seeds if s not in listed]
+            if missing:
+                raise ParamsError(key, f"round seeds {missing} have no source")
     return _nest(typed)
 
 
@@ -349,13 +423,15 @@ def load(path: str | Path = "params.yaml") -> dict:
     """
     import yaml
 
+    from dreamer_parity import records
+
     path = Path(path)
-    data = path.read_bytes()
+    if not path.exists():
+        raise FileNotFoundError(str(path))
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ParamsError("<root>", f"{path.name} line {line}: not UTF-8 text") from None
+        text = records.read_text(path, path.name)
+    except records.RecordError as e:
+        raise ParamsError("<root>", str(e)) from None
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:

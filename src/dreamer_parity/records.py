@@ -61,7 +61,8 @@ __all__ = [
     "RecordError", "RECORD_FIELDS", "EPISODE_FIELDS", "SIDES", "run_dir",
     "write_json", "write_jsonl", "read_json", "read_records", "read_episodes",
     "read_done", "write_done", "read_run", "clean_json", "DONE", "loads_finite",
-    "mean_matches", "MEAN_RTOL", "MAX_INT", "read_run_info",
+    "mean_matches", "MEAN_RTOL", "MAX_INT", "read_run_info", "read_lines", "read_text",
+    "write_text",
 ]
 
 SIDES = ("reference", "candidate")
@@ -135,7 +136,15 @@ def mean_matches(mean, values) -> bool:
     return abs(float(mean) - want) <= MEAN_RTOL * max(1.0, abs(want))
 
 
-def _read_text(path: Path, where: str) -> str:
+def read_text(path, where: str | None = None) -> str:
+    """The UTF-8 text of ``path``: the one decoding check of every file the project reads.
+
+    Raises:
+      RecordError: ``<where>:<line>: not UTF-8 text (byte N)`` (``where`` defaults to the path).
+      FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    where = str(path) if where is None else where
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -163,7 +172,9 @@ def clean_json(x):
     return x
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def write_text(path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: ``<name>.tmp-<pid>``, fsync, rename (the one
+    atomic text writer; parent directories are created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
@@ -176,14 +187,14 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def write_json(path, obj) -> None:
     """Atomically write one JSON object (non-finite floats become null)."""
-    _atomic_write(Path(path), json.dumps(clean_json(obj), indent=1, sort_keys=True,
+    write_text(Path(path), json.dumps(clean_json(obj), indent=1, sort_keys=True,
                                          allow_nan=False) + "\n")
 
 
 def write_jsonl(path, rows) -> None:
     """Atomically write a list of JSON objects, one per line."""
     lines = [json.dumps(clean_json(r), sort_keys=True, allow_nan=False) for r in rows]
-    _atomic_write(Path(path), "".join(line + "\n" for line in lines))
+    write_text(Path(path), "".join(line + "\n" for line in lines))
 
 
 def write_done(directory, status: str = "ok", reason: str | None = None) -> None:
@@ -202,7 +213,7 @@ def read_json(path) -> dict:
     if not path.exists():
         raise RecordError(f"{path}: missing")
     try:
-        obj = loads_finite(_read_text(path, str(path)))
+        obj = loads_finite(read_text(path, str(path)))
     except _NonFinite as e:
         raise RecordError(f"{path}: {e}") from None
     except ValueError as e:
@@ -291,26 +302,41 @@ def _check_counts(path, lineno, obj, names):
                               f"got {obj[name]}")
 
 
-def _read_lines(path):
+def read_lines(path, where: str | None = None) -> list[tuple[int, dict]]:
+    """Read a JSON-lines file: the one JSONL reader (records, episodes, published evals).
+
+    Args:
+      path: the file.
+      where: the name used in messages (default: the path).
+
+    Returns:
+      ``[(line_number, object), ...]`` (1-based line numbers), one JSON object per line.
+
+    Raises:
+      RecordError: ``<where>:<line>: ...``: missing file, not UTF-8, a last line without
+        its newline (truncated), an empty line, invalid JSON, NaN / Infinity, or a line
+        that is not an object.
+    """
     path = Path(path)
+    where = str(path) if where is None else where
     if not path.exists():
-        raise RecordError(f"{path}: missing")
-    text = _read_text(path, str(path))
+        raise RecordError(f"{where}: missing")
+    text = read_text(path, where)
     if text and not text.endswith("\n"):
         n = text.count("\n") + 1
-        raise RecordError(f"{path}:{n}: truncated line (no final newline)")
+        raise RecordError(f"{where}:{n}: truncated line (no final newline)")
     out = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
-            raise RecordError(f"{path}:{i}: empty line")
+            raise RecordError(f"{where}:{i}: empty line")
         try:
             obj = loads_finite(line)
         except _NonFinite as e:
-            raise RecordError(f"{path}:{i}: {e}") from None
+            raise RecordError(f"{where}:{i}: {e}") from None
         except ValueError as e:
-            raise RecordError(f"{path}:{i}: truncated or invalid JSON ({e})") from None
+            raise RecordError(f"{where}:{i}: truncated or invalid JSON ({e})") from None
         if not isinstance(obj, dict):
-            raise RecordError(f"{path}:{i}: expected a JSON object")
+            raise RecordError(f"{where}:{i}: expected a JSON object")
         out.append((i, obj))
     return out
 
@@ -331,7 +357,7 @@ def read_records(directory, require_done: bool = True) -> list[dict]:
     path = directory / "records.jsonl"
     recs = []
     prev = None
-    for i, obj in _read_lines(path):
+    for i, obj in read_lines(path):
         _check_types(path, i, obj, RECORD_FIELDS)
         _check_record_values(path, i, obj)
         if obj["side"] not in SIDES:
@@ -353,7 +379,7 @@ def read_episodes(directory, require_done: bool = True) -> list[dict]:
         read_done(directory)
     path = directory / "episodes.jsonl"
     eps = []
-    for i, obj in _read_lines(path):
+    for i, obj in read_lines(path):
         _check_types(path, i, obj, EPISODE_FIELDS)
         _check_counts(path, i, obj, ("seed", "worker", "row_last", "length"))
         eps.append(obj)

@@ -25,7 +25,8 @@ import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Schedule", "updates_at", "updates_closed_form", "gate_row", "per_vector_step"]
+__all__ = ["Schedule", "updates_at", "updates_closed_form", "gate_row", "per_vector_step",
+           "format_duration"]
 
 
 @dataclass(frozen=True)
@@ -149,3 +150,14 @@ def per_vector_step(num_vector_steps: int, s: Schedule = Schedule()) -> list[int
     """
     marks = updates_at([v * s.num_envs for v in range(num_vector_steps + 1)], s)
     return [b - a for a, b in zip(marks[:-1], marks[1:])]
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for progress lines: ``1h02m03s`` from an hour up, else ``4m05s``;
+    ``?`` when not finite (an ETA before the first measured rate).  The one time formatter
+    of both runners."""
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else \
+        f"{s // 60}m{s % 60:02d}s"

@@ -54,7 +54,7 @@ from scipy import stats as sps
 
 __all__ = ["tost", "tost_power", "tost_seeds_needed", "rliable_block", "iqm_and_mean",
            "probability_of_improvement", "performance_profile", "collapse_flags", "compute",
-           "summary_keys", "report_lines", "write_figures", "MAX_RETURN", "ALPHA", "POWER",
+           "summary_keys", "report_lines", "MAX_RETURN", "ALPHA", "POWER",
            "RELIABLE_REPS", "RELIABLE_SEED", "COLLAPSE_FRACTION", "TAUS"]
 
 MAX_RETURN = 500.0
@@ -395,46 +395,3 @@ def report_lines(add: dict) -> list[str]:
             L.append(f"| {side} | {s} | {f['best']:.1f} ({f['best_row']}) | {f['final']:.1f} | "
                      f"{'**FLAG**' if f['collapsed'] else 'no'} |")
     return L
-
-
-def write_figures(add: dict, plots_dir, round_name: str = "") -> None:
-    """``iqm.png`` (IQM and mean with intervals per side) and ``performance_profile.png``."""
-    from pathlib import Path
-
-    from dreamer_parity.analysis import plots
-    plt = plots.plt
-    plots_dir = Path(plots_dir)
-    rl = add["rliable"]
-    title = f"{round_name}: {add['primary']} / 500 (addition, not pre-registered)"
-    if rl["reason"]:
-        plots._placeholder(plots_dir / "iqm.png", title, rl["reason"])
-        plots._placeholder(plots_dir / "performance_profile.png", title, rl["reason"])
-        return
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.0), sharey=True)
-    for ax, k in zip(axes, ("iqm", "mean")):
-        for y, side in enumerate(SIDES):
-            v = rl["sides"][side]
-            ax.barh(y, v[f"{k}_hi"] - v[f"{k}_lo"], left=v[f"{k}_lo"], height=0.5,
-                    color=plots.COLORS[side], alpha=0.5)
-            ax.plot([v[k], v[k]], [y - 0.25, y + 0.25], color="black", lw=2)
-        ax.set_yticks(range(len(SIDES)), SIDES)
-        ax.set_xlim(-0.02, 1.02)
-        ax.set_xlabel("normalised score (return / 500)")
-        ax.set_title(k.upper() if k == "iqm" else "Mean")
-        ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"{title}\nstratified bootstrap 95% CI, {rl['reps']} reps", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.86))
-    plots._save(fig, plots_dir / "iqm.png")
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for side in SIDES:
-        prof, ci = rl["profiles"][side], rl["profile_cis"][side]
-        ax.plot(TAUS, prof, color=plots.COLORS[side], lw=2, label=f"{side} ({len(rl['scores'][side])} runs)")
-        ax.fill_between(TAUS, ci[0], ci[1], color=plots.COLORS[side], alpha=0.2)
-    ax.set_xlabel(r"normalised score $\tau$ (return / 500)")
-    ax.set_ylabel(r"fraction of runs with score > $\tau$")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{title}\nperformance profile, 95% bands")
-    ax.legend(loc="lower left", fontsize=8)
-    ax.grid(alpha=0.3)
-    plots._save(fig, plots_dir / "performance_profile.png")

@@ -20,8 +20,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from dreamer_parity.params import NUM_ENVS
 from dreamer_parity import schedule
-from dreamer_parity.analysis.load import Run
+from dreamer_parity.analysis.runs import Run
 
 __all__ = ["Check", "run_checks", "REFERENCE_COMMIT", "MAX_LENGTH", "version_flags",
            "LOCKS", "VERSION_PACKAGES"]
@@ -30,7 +31,6 @@ __all__ = ["Check", "run_checks", "REFERENCE_COMMIT", "MAX_LENGTH", "version_fla
 REFERENCE_COMMIT = "29eb964e2918a3f4db04086f7f51b60388e97f3d"
 #: CartPole-v1 episode cap (steps).
 MAX_LENGTH = 500
-NUM_ENVS = 16
 
 
 @dataclass(frozen=True)
@@ -74,20 +74,27 @@ def _lookup(run_info: dict | None, names: tuple[str, ...]):
     return False, None
 
 
-def _expected(params: dict, side: str, seed: int) -> dict:
-    exp = {("seed",): seed, ("profile",): params["profile"], ("rows",): params["rows"],
+def _expected(params: dict, run: Run) -> dict:
+    """The recorded values a run must hold: the names are those of the implementation
+    that made it (``run.made_by``), the decode value that of the side it stands on
+    (``decode`` for the candidate side, ``reference.decode`` for the reference side); the
+    sampler only for a reference-made run on the reference side."""
+    exp = {("seed",): run.seed, ("profile",): params["profile"], ("rows",): params["rows"],
            ("eval_every",): params["eval_every"], ("eval_episodes",): params["eval_episodes"]}
-    if side == "candidate":
-        exp[("decode",)] = params["decode"]
+    decode = params["decode"] if run.side == "candidate" else params["reference"]["decode"]
+    if run.made_by == "candidate":
+        exp[("decode",)] = decode
     else:
-        exp[("reference.decode", "decode")] = params["reference"]["decode"]
-        exp[("reference.sampler", "sampler")] = params["reference"]["sampler"]
+        exp[("reference.decode", "decode")] = decode
+        if run.side == "reference":
+            exp[("reference.sampler", "sampler")] = params["reference"]["sampler"]
     return exp
 
 
 def _config_check(params: dict, run: Run) -> Check:
     wrong, absent = [], []
-    for names, want in _expected(params, run.side, run.seed).items():
+    expected = _expected(params, run)
+    for names, want in expected.items():
         found, got = _lookup(run.run_info, names)
         if not found:
             absent.append(names[0])
@@ -104,14 +111,14 @@ def _config_check(params: dict, run: Run) -> Check:
         return Check("config equals the round's parameters", "FAIL",
                      f"run.json records no {', '.join(absent)} (args or config)", run.side, run.seed)
     return Check("config equals the round's parameters", "PASS",
-                 "profile, rows, eval_every, eval_episodes, seed" +
-                 (", decode" if run.side == "candidate" else ", decode, sampler"), run.side, run.seed)
+                 "profile, rows, eval_every, eval_episodes, seed, decode" +
+                 (", sampler" if len(expected) == 7 else ""), run.side, run.seed)
 
 
 def _provenance_check(run: Run) -> Check:
     prov = (run.run_info or {}).get("provenance") or {}
     name = "provenance"
-    if run.side == "reference":
+    if run.made_by == "reference":
         tree = prov.get("reference") or prov.get("reference_checkout") or {}
         commit, dirty = tree.get("commit"), tree.get("dirty")
         if not commit:
@@ -137,7 +144,7 @@ def _provenance_check(run: Run) -> Check:
 def _completion_check(params: dict, run: Run) -> Check:
     name = "completion marker"
     if run.source == "published":
-        if run.side == "reference" and run.timing and "t_end" in run.timing:
+        if run.made_by == "reference" and run.timing and "t_end" in run.timing:
             return Check(name, "PASS", "published: timing.json has t_end (written after the flush step)",
                          run.side, run.seed)
         return Check(name, "N/A", "published layout has no completion marker", run.side, run.seed)
@@ -330,7 +337,7 @@ def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None =
                 out["overrides"].append(f"{side} {key}" + (f" (version set {vset})"
                                                            if isinstance(vset, str) else ""))
             for p in packages:
-                want = (pins.get(side) or {}).get(p)
+                want = (pins.get(run.made_by) or {}).get(p)   # the lock of its maker
                 if want is not None and v[p] != want:
                     out["off_pin"][side].append(f"{key} {p} {v[p]} != pin {want}")
         out["mixed"][side] = len(seen[side]) > 1

@@ -1,17 +1,17 @@
 """Analyse a round: statistics, checks, DVC metrics, plot data, figures and report.
 
-Command line (the DVC stage ``compare``)::
+Command line (the DVC stage ``compare`` calls :func:`run_round` through
+:mod:`dreamer_parity.pipeline`)::
 
     python -m dreamer_parity.analysis.compare --params params.yaml \\
-        --reference DIR --candidate DIR --metrics-dir metrics \\
+        [--reference DIR] [--candidate DIR] --metrics-dir metrics \\
         --plots-dir metrics/plots --report results/report.md \\
         [--prereg docs/rounds/<round>.md]
 
-Each DIR holds ``s<seed>/`` run directories (:mod:`dreamer_parity.records`) or is a
-directory of the published study (``ref_s<S>/evals.jsonl``, ``ajax/s<S>/evals.jsonl``),
-detected automatically.  When params ``reference.source`` is a path instead of
-``run``, that path is the reference side (it wins over ``--reference``, and the
-report says so).
+The sides are those of params.yaml, resolved by :func:`dreamer_parity.sides.resolve`
+(``candidate.source``, ``reference.source``; docs/SIDES.md).  ``--reference DIR`` or
+``--candidate DIR`` reads that side from one directory instead (every seed located there
+by :func:`dreamer_parity.sides.locate`), for an analysis outside the pipeline.
 
 Outputs (fixed names): ``<metrics>/summary.json`` (flat keys, no NaN: null plus a
 ``.reason`` key), ``<metrics>/windows.json``, ``<plots>/windows/*.csv`` and
@@ -39,20 +39,37 @@ from pathlib import Path
 
 from dreamer_parity import params as params_mod
 from dreamer_parity import records
+from dreamer_parity import sides as sides_mod
+from dreamer_parity.analysis import additions, gate as gate_mod, published_windows, reference_check
 from dreamer_parity.analysis import checks as checks_mod
 from dreamer_parity.analysis import stats
-from dreamer_parity.analysis.load import (AnalysisError, check_eval_rows, detect_layout,
-                                          display_path, load_side)
+from dreamer_parity.analysis.last_window import last_window_metrics
+from dreamer_parity.analysis.load import AnalysisError, check_eval_rows, display_path, load_side
 
-__all__ = ["analyse", "write_outputs", "main"]
+__all__ = ["analyse", "write_outputs", "main", "run_round", "side_table"]
 
 
-def analyse(params: dict, reference_dir, candidate_dir) -> dict:
+def side_table(side: sides_mod.Side) -> dict:
+    """How a resolved side is described in the result: ``dir`` (its sources for
+    messages, ``; ``-joined), ``path`` (the one source directory, None for ``run`` or
+    several), ``layout`` (``records``, ``published`` or ``mixed``) and ``seeds``
+    (the :class:`~dreamer_parity.sides.SeedSource` list)."""
+    srcs = side.sources
+    shown = [f"{sides_mod.RESULTS}/{side.name}" if s == "run" else display_path(s) for s in srcs]
+    layouts = sorted({e.layout for e in side.seeds})
+    one_dir = len(srcs) == 1 and srcs[0] != "run"
+    return {"dir": "; ".join(shown), "path": Path(srcs[0]) if one_dir else None,
+            "layout": layouts[0] if len(layouts) == 1 else "mixed", "seeds": list(side.seeds)}
+
+
+def analyse(params: dict, reference, candidate) -> dict:
     """Load both sides and compute every statistic and check of the round.
 
     Args:
       params: validated params (:func:`dreamer_parity.params.load`).
-      reference_dir, candidate_dir: side directories (records or published layout).
+      reference, candidate: a :class:`dreamer_parity.sides.Side` each (from
+        :func:`dreamer_parity.sides.resolve`), or a directory
+        (:func:`dreamer_parity.sides.side_from_dir`).
 
     Returns:
       A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
@@ -63,19 +80,21 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
       :func:`windows.compute` (each side's own windows) (:func:`additions.compute`).  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
 
     Raises:
-      AnalysisError / RecordError: bad input, before any statistic is computed.
+      AnalysisError / RecordError / sides.SideError: bad input, before any statistic is
+      computed.
     """
     seeds = params["seeds"]
     st = params["stats"]
     rule = st["failed_rule"]
     points = params_mod.eval_points(params)
     sides = {}
-    for side, d in (("reference", reference_dir), ("candidate", candidate_dir)):
-        layout = detect_layout(d, side)
-        runs = load_side(d, side, seeds, layout)
+    for side, src in (("reference", reference), ("candidate", candidate)):
+        if not isinstance(src, sides_mod.Side):
+            src = sides_mod.side_from_dir(src, side, seeds)
+        runs = load_side(src, side, seeds)
         check_eval_rows(runs, points)
         # "dir" is for messages and reports; "path" (never written out) for reading files
-        sides[side] = {"dir": display_path(d), "path": Path(d), "layout": layout, "runs": runs}
+        sides[side] = {**side_table(src), "runs": runs}
     ref, cand = sides["reference"]["runs"], sides["candidate"]["runs"]
     for key in ("s1_rows", "concordance_rows"):
         bad = [r for r in st[key] if r not in points]
@@ -134,17 +153,13 @@ def analyse(params: dict, reference_dir, candidate_dir) -> dict:
                            for s, runs in (("reference", ref), ("candidate", cand))}
     out["context"] = study_candidate(params, sides["reference"], points)
     # diagnosis: each side's training metrics against the study's published windows
-    from dreamer_parity.analysis import published_windows
     out["published_windows"] = published_windows.for_sides(sides, params["rows"])
     # a reference that ran, against the study's published reference runs on its grid
-    from dreamer_parity.analysis import reference_check
     out["published_reference"] = reference_check.check(params, out)
     # the round's gate (params gate.*, its pre-registration) and the versions the runs imported
-    from dreamer_parity.analysis import gate as gate_mod
     out["gate"] = gate_mod.evaluate(params, out)
     out["versions"] = checks_mod.version_flags(ref, cand)
     # labelled additions (TOST, rliable aggregates, collapse flags): never the gate
-    from dreamer_parity.analysis import additions
     out["additions"] = additions.compute(out)
     return out
 
@@ -164,13 +179,13 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
     Raises:
       AnalysisError: its files are malformed or its evaluation rows are not the round's.
     """
-    if reference_side["layout"] != "published":
+    if reference_side["layout"] != "published" or reference_side.get("path") is None:
         return None
-    d = Path(reference_side.get("path", reference_side["dir"])) / "ajax"
+    d = Path(reference_side["path"]) / "ajax"
     seeds, st = params["seeds"], params["stats"]
     if not all((d / f"s{s}" / "evals.jsonl").is_file() for s in seeds):
         return None
-    runs = load_side(d, "candidate", seeds, "published")
+    runs = load_side(d, "candidate", seeds)
     check_eval_rows(runs, points)
     rule = st["failed_rule"]
     late = stats.late_values(runs, points, st["late_rows"], rule) if st["late_rows"] else None
@@ -196,37 +211,36 @@ def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None
                         plots_dir=Path(plots_dir))
 
 
-def main(argv=None) -> int:
-    """CLI entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input)."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.analysis.compare",
-                                 description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--reference", default=None, help="reference side directory")
-    ap.add_argument("--candidate", required=True, help="candidate side directory")
-    ap.add_argument("--metrics-dir", default="metrics")
-    ap.add_argument("--plots-dir", default="metrics/plots")
-    ap.add_argument("--report", default="results/report.md")
-    ap.add_argument("--prereg", default=None, help="the round's pre-registration file")
-    args = ap.parse_args(argv)
-    notes = []
+def run_round(params: dict, root: str | Path = ".", metrics_dir="metrics",
+              plots_dir="metrics/plots", report="results/report.md", prereg=None,
+              reference=None, candidate=None) -> int:
+    """The compare stage's work: resolve the sides, analyse, write every output.
+
+    Args:
+      params: validated params (loaded once by the caller).
+      root: the repository root (the sides' sources are relative to it).
+      metrics_dir, plots_dir, report, prereg: output locations and the pre-registration.
+      reference, candidate: a directory that replaces that side's ``*.source`` (None:
+        :func:`dreamer_parity.sides.resolve`).
+
+    Returns:
+      0 every check passed, 1 a check failed (outputs written), 2 bad input (one line
+      ``error: ...`` on stderr, nothing written).
+    """
     try:
-        params = params_mod.load(args.params)
-        ref_dir = args.reference
-        src = params["reference"]["source"]
-        if src != "run":
-            if ref_dir is not None and Path(ref_dir).resolve() != Path(src).resolve():
-                notes.append(f"params reference.source = {src} replaces --reference {display_path(ref_dir)}")
-            ref_dir = src
-        if ref_dir is None:
-            raise AnalysisError("--reference: required when params reference.source is 'run'")
-        if args.prereg is not None and not Path(args.prereg).exists():
-            raise AnalysisError(f"--prereg {args.prereg}: not found")
-        result = analyse(params, ref_dir, args.candidate)
-    except (AnalysisError, records.RecordError, params_mod.ParamsError, FileNotFoundError) as e:
+        if prereg is not None and not Path(prereg).exists():
+            raise AnalysisError(f"--prereg {prereg}: not found")
+        given = {"reference": reference, "candidate": candidate}
+        resolved = sides_mod.resolve(params, root, [k for k, v in given.items() if v is None])
+        given.update(resolved)
+        result = analyse(params, given["reference"], given["candidate"])
+    except (AnalysisError, records.RecordError, params_mod.ParamsError,
+            sides_mod.SideError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    write_outputs(result, args.metrics_dir, args.plots_dir, args.report, prereg=args.prereg, notes=notes)
+    write_outputs(result, metrics_dir, plots_dir, report, prereg=prereg)
+    records.write_json(Path(metrics_dir) / "train_last_window.json",
+                       last_window_metrics(params, result["sides"]))
     failed = [c for c in result["checks"] if c.status == "FAIL"]
     for c in result["checks"]:
         if c.status == "FLAG":
@@ -238,8 +252,32 @@ def main(argv=None) -> int:
         return 1
     d = result["s1"]["decision"]
     print(f"S1: A {d['A']:.1f}, reference [{d['lo']:.1f}, {d['hi']:.1f}], LEARNS {d['LEARNS']}, "
-          f"WITHIN_RANGE {d['WITHIN_RANGE']}; report {display_path(args.report)}")
+          f"WITHIN_RANGE {d['WITHIN_RANGE']}; report {display_path(report)}")
     return 0
+
+
+def main(argv=None) -> int:
+    """CLI entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input)."""
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.analysis.compare",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--reference", default=None,
+                    help="read the reference side from this directory (default: reference.source)")
+    ap.add_argument("--candidate", default=None,
+                    help="read the candidate side from this directory (default: candidate.source)")
+    ap.add_argument("--metrics-dir", default="metrics")
+    ap.add_argument("--plots-dir", default="metrics/plots")
+    ap.add_argument("--report", default="results/report.md")
+    ap.add_argument("--prereg", default=None, help="the round's pre-registration file")
+    args = ap.parse_args(argv)
+    try:
+        params = params_mod.load(args.params)
+    except (params_mod.ParamsError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return run_round(params, ".", args.metrics_dir, args.plots_dir, args.report,
+                     prereg=args.prereg, reference=args.reference, candidate=args.candidate)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,11 @@ def reference_entropy_range(side: dict, row: int) -> dict:
         r = seed_range(run_entropy(side["runs"], row))
         return {**r, "source": "the reference runs' records",
                 "reason": None if r["n"] else f"no reference seed has {stats.ENTROPY} at {row}"}
-    d = Path(side.get("path", side["dir"]))
+    path = side.get("path", side["dir"])   # None: several source directories
+    if path is None:
+        return {"lo": None, "hi": None, "mean": None, "n": 0, "source": None,
+                "reason": "the published reference side comes from several directories"}
+    d = Path(path)
     report = PUBLISHED_REPORTS.get(d.name)
     if report is None:
         return {"lo": None, "hi": None, "mean": None, "n": 0, "source": None,

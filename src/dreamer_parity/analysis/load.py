@@ -1,8 +1,9 @@
 """Load one side of a round into tables the statistics read.
 
-A side is a directory holding one run directory per seed, ``<DIR>/s<seed>/`` in the
-:mod:`dreamer_parity.records` schema, or a directory of the published study
-(:mod:`dreamer_parity.analysis.published`; detected by :func:`detect_layout`).
+A side is a :class:`dreamer_parity.sides.Side` (one run directory per seed, each in the
+:mod:`dreamer_parity.records` schema or the study's published layout,
+:mod:`dreamer_parity.analysis.published`), or a directory that
+:func:`dreamer_parity.sides.side_from_dir` resolves into one.
 
 Every run becomes a :class:`Run`: its evaluation points as a pandas DataFrame, its
 training-metric windows, its training episodes (None where the layout has none) and
@@ -13,126 +14,21 @@ and line, before any statistic is computed.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dreamer_parity import records
+from dreamer_parity import sides as sides_mod
+from dreamer_parity.analysis import published
+from dreamer_parity.analysis.runs import AnalysisError, Run, display_path
 
-__all__ = ["AnalysisError", "Run", "load_side", "detect_layout", "display_path",
-           "check_eval_rows"]
-
-
-class AnalysisError(ValueError):
-    """Input the analysis cannot use (missing rows, inconsistent files); one line."""
-
-
-def display_path(path) -> str:
-    """``path`` for messages and artifacts, never absolute.
-
-    Relative to the working directory when at most two levels up (``../shared/...``);
-    otherwise ``<outside>/`` plus its last two components.
-    """
-    p = Path(path)
-    try:
-        rel = os.path.relpath(p)
-    except ValueError:  # another drive (not on POSIX)
-        rel = None
-    if rel is not None and Path(rel).parts[:3].count("..") <= 2:
-        return rel
-    return "<outside>/" + "/".join(p.resolve().parts[-2:])
+__all__ = ["AnalysisError", "Run", "load_side", "display_path", "check_eval_rows",
+           "load_run"]
 
 
-@dataclass
-class Run:
-    """One seed of one side.
-
-    Attributes:
-      side: ``"reference"`` or ``"candidate"``.
-      seed: the run seed.
-      source: ``"records"`` (our schema) or ``"published"``.
-      label: the run directory, relative to the working directory (for messages).
-      status: ``"ok"`` or ``"failed"`` (completion marker).
-      reason: the failure reason (None when ok).
-      failed_row: row of the first evaluation point that does not count (the record
-        with status ``failed``, or the first missing point); None when ok.
-      evals: DataFrame, one row per evaluation record in increasing ``rows``; columns
-        ``rows`` (int64, transitions over all envs), ``updates`` (int64),
-        ``eval_mean`` (float64, return units), ``n_episodes`` (float64: number of
-        evaluation returns, NaN when the layout does not log them), ``status`` (str).
-      eval_returns: per record the list of evaluation returns (None when not logged).
-      train: DataFrame indexed by ``rows`` with one float64 column per training metric
-        (NaN for a null window), or None when the layout has no training metrics.
-      episodes: DataFrame with columns ``worker, row_last, length, score, terminal`` in
-        file order, or None when the layout has no episode log.
-      run_info: the parsed ``run.json`` (records layout) or a normalised
-        ``{"args": {...}, "provenance": {...}}`` (published), or None.
-      timing: parsed ``timing.json`` or None.
-      unavailable: ``{what: reason}`` for data this layout does not carry.
-    """
-
-    side: str
-    seed: int
-    source: str
-    label: str
-    status: str
-    reason: str | None
-    failed_row: int | None
-    evals: pd.DataFrame
-    eval_returns: list
-    train: pd.DataFrame | None
-    episodes: pd.DataFrame | None
-    run_info: dict | None
-    timing: dict | None
-    unavailable: dict = field(default_factory=dict)
-
-
-def detect_layout(directory, side: str) -> str:
-    """Return ``"records"`` or ``"published"`` for a side directory.
-
-    ``records``: ``<DIR>/s<seed>/`` (or ``<DIR>/<side>/s<seed>/``) holding
-    ``records.jsonl`` or ``DONE.json``.
-    ``published``: ``<DIR>/ref_s<seed>/evals.jsonl`` (reference), or
-    ``<DIR>/ajax/s<seed>/evals.jsonl`` / ``<DIR>/s<seed>/evals.jsonl`` (candidate).
-
-    Raises:
-      AnalysisError: the directory is missing or matches neither layout.
-    """
-    d = Path(directory)
-    if not d.is_dir():
-        raise AnalysisError(f"{side} directory {display_path(d)}: not found")
-    d = _records_root(d, side)
-    kids = [p for p in d.iterdir() if p.is_dir()]
-    if any(_is_run_dir(p) for p in kids):
-        return "records"
-    if any(p.name.startswith("ref_s") and (p / "evals.jsonl").exists() for p in kids):
-        return "published"
-    if (d / "ajax").is_dir() or any(p.name.startswith("s") and (p / "evals.jsonl").exists()
-                                    for p in kids):
-        return "published"
-    raise AnalysisError(
-        f"{side} directory {display_path(d)}: holds neither s<seed>/records.jsonl run "
-        f"directories nor the published layout (ref_s<seed>/evals.jsonl, ajax/s<seed>/evals.jsonl)")
-
-
-def _is_run_dir(p: Path) -> bool:
-    return p.is_dir() and p.name.startswith("s") and (
-        (p / "records.jsonl").exists() or (p / records.DONE).exists())
-
-
-def _records_root(d: Path, side: str) -> Path:
-    """``d``, or ``d/<side>`` when the run directories sit there instead
-    (``records.run_dir(out, side, seed)`` under an output directory ``d``)."""
-    if not any(_is_run_dir(p) for p in d.iterdir()) and (d / side).is_dir() and \
-            any(_is_run_dir(p) for p in (d / side).iterdir()):
-        return d / side
-    return d
-
-
-def _records_run(directory: Path, side: str, seed: int) -> Run:
+def _records_run(directory: Path, side: str, seed: int, made_by: str) -> Run:
     label = display_path(directory)
     if not directory.is_dir():
         raise AnalysisError(f"{label}: run directory of {side} seed {seed} not found")
@@ -140,8 +36,9 @@ def _records_run(directory: Path, side: str, seed: int) -> Run:
     recs = data["records"]
     path = directory / "records.jsonl"
     for i, r in enumerate(recs, 1):
-        if r["side"] != side:
-            raise AnalysisError(f"{display_path(path)}:{i}: side {r['side']!r}, expected {side!r}")
+        if r["side"] != made_by:
+            raise AnalysisError(f"{display_path(path)}:{i}: side {r['side']!r}, but run.json "
+                                f"says the run was made by {made_by!r}")
         if r["seed"] != seed:
             raise AnalysisError(f"{display_path(path)}:{i}: seed {r['seed']}, expected {seed}")
         if not np.isfinite(r["eval_mean"]):
@@ -182,35 +79,51 @@ def _records_run(directory: Path, side: str, seed: int) -> Run:
     return Run(side=side, seed=seed, source="records", label=label, status=status,
                reason=reason, failed_row=failed_row, evals=evals,
                eval_returns=[r["eval_returns"] for r in recs], train=train, episodes=episodes,
-               run_info=data["run"], timing=data["timing"])
+               run_info=data["run"], timing=data["timing"], made_by=made_by)
 
 
-def load_side(directory, side: str, seeds: list[int], layout: str | None = None) -> list[Run]:
-    """Load the runs of one side, one per seed, in the order of ``seeds``.
+def load_run(src: sides_mod.SeedSource, side: str) -> Run:
+    """Load one seed of ``side`` from its :class:`~dreamer_parity.sides.SeedSource`.
+
+    Raises:
+      AnalysisError / RecordError: the run directory is missing, has no completion
+      marker, or holds a truncated or malformed file (the message names file and line).
+    """
+    if src.layout == "published":
+        run = published.load_run_dir(Path(src.run_dir), side, src.seed, src.made_by)
+    elif src.layout == "records":
+        run = _records_run(Path(src.run_dir), side, src.seed, src.made_by)
+    else:
+        raise ValueError(f"unknown layout {src.layout!r}")
+    run.origin = src.source
+    return run
+
+
+def load_side(source, side: str, seeds: list[int] | None = None) -> list[Run]:
+    """Load the runs of one side, one per seed, in the order of the side's seeds.
 
     Args:
-      directory: the side directory (see :func:`detect_layout`).
+      source: a :class:`dreamer_parity.sides.Side` (from :func:`dreamer_parity.sides.resolve`),
+        or a directory, resolved by :func:`dreamer_parity.sides.side_from_dir`.
       side: ``"reference"`` or ``"candidate"``.
-      seeds: the round's seeds (params ``seeds``).
-      layout: ``"records"`` / ``"published"``, or None to detect it.
+      seeds: the round's seeds (params ``seeds``); needed with a directory.
 
     Returns:
       A list of :class:`Run`.
 
     Raises:
       AnalysisError / RecordError: a run directory is missing, has no completion marker,
-      or holds a truncated or malformed file (the message names file and line).
+      or holds a truncated or malformed file (the message names file and line);
+      sides.SideError: a directory without a run of a seed.
     """
     if side not in records.SIDES:
         raise ValueError(f"side must be one of {records.SIDES}, got {side!r}")
-    layout = layout or detect_layout(directory, side)
-    directory = _records_root(Path(directory), side) if layout == "records" else directory
-    if layout == "published":
-        from dreamer_parity.analysis import published
-        return [published.load_run(directory, side, s) for s in seeds]
-    if layout != "records":
-        raise ValueError(f"unknown layout {layout!r}")
-    return [_records_run(Path(directory) / f"s{int(s)}", side, int(s)) for s in seeds]
+    if not isinstance(source, sides_mod.Side):
+        if seeds is None:
+            raise ValueError("load_side: seeds are needed with a directory")
+        source = sides_mod.side_from_dir(source, side, seeds)
+    entries = source.seeds if seeds is None else [source.by_seed(int(s)) for s in seeds]
+    return [load_run(e, side) for e in entries]
 
 
 def check_eval_rows(runs: list[Run], expected: list[int]) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -44,13 +43,8 @@ __all__ = ["summary", "write_summary", "missing_reasons", "write_plot_data", "ev
            "atomic_text"]
 
 
-def atomic_text(path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+#: The atomic text writer (:func:`dreamer_parity.records.write_text`).
+atomic_text = records.write_text
 
 
 def _num(x):
@@ -111,11 +105,36 @@ def _side_keys(out: dict, name: str, values: dict, seeds: list[int]) -> None:
         out[f"{name}.{side}.mean"] = m
 
 
+def source_rows(result: dict) -> list[dict]:
+    """Per side and seed where the run came from: ``{"side", "seed", "source", "run_dir",
+    "layout", "made_by"}`` (``source``: ``run`` or the directory, never absolute)."""
+    from dreamer_parity.analysis.load import display_path
+
+    out = []
+    for side in ("reference", "candidate"):
+        for e in result["sides"][side].get("seeds", []):
+            out.append({"side": side, "seed": e.seed,
+                        "source": e.source if e.source == "run" else display_path(e.source),
+                        "run_dir": display_path(e.run_dir), "layout": e.layout,
+                        "made_by": e.made_by})
+    return out
+
+
+def source_keys(result: dict) -> dict:
+    """``source.<side>.s<S>`` and ``made_by.<side>.s<S>`` of every seed (:func:`source_rows`)."""
+    out = {}
+    for r in source_rows(result):
+        out[f"source.{r['side']}.s{r['seed']}"] = r["source"]
+        out[f"made_by.{r['side']}.s{r['seed']}"] = r["made_by"]
+    return out
+
+
 def summary(result: dict) -> dict:
     """The flat metrics dict of a round (see the module docstring)."""
     p = result["params"]
     seeds = p["seeds"]
     out = {"round": p["round"], "rows": p["rows"], "failed_rule": p["stats"]["failed_rule"]}
+    out.update(source_keys(result))
     for side, runs in result["failed_seeds"].items():
         out[f"failed_seeds.{side}"] = len(runs)
     _stat_keys(out, "S1", result["s1"], seeds)

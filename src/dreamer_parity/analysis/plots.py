@@ -10,7 +10,7 @@
   [min, max] band, each side that has windows (:mod:`windows`); likewise labelled.
 * ``windows.png`` (:func:`windows.write`): the five pre-registered window metrics.
 * ``iqm.png``, ``performance_profile.png``: the rliable additions
-  (:func:`additions.write_figures`).
+  (:func:`_addition_figures`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dreamer_parity.analysis import stats  # noqa: E402
+from dreamer_parity.analysis import additions, stats  # noqa: E402
 
 __all__ = ["write_figures", "save_figure", "caption", "COLORS"]
 
@@ -172,5 +172,44 @@ def write_figures(result: dict, plots_dir) -> None:
     _s2_curve(result, plots_dir / "s2_curve.png")
     _entropy(result, plots_dir / "entropy_windows.png")
     if "additions" in result:
-        from dreamer_parity.analysis import additions
-        additions.write_figures(result["additions"], plots_dir, result["params"]["round"])
+        _addition_figures(result["additions"], plots_dir, result["params"]["round"])
+
+
+def _addition_figures(add: dict, plots_dir, round_name: str = "") -> None:
+    """``iqm.png`` (IQM and mean with intervals per side) and ``performance_profile.png``."""
+    SIDES, TAUS = additions.SIDES, additions.TAUS
+    plots_dir = Path(plots_dir)
+    rl = add["rliable"]
+    title = f"{round_name}: {add['primary']} / 500 (addition, not pre-registered)"
+    if rl["reason"]:
+        _placeholder(plots_dir / "iqm.png", title, rl["reason"])
+        _placeholder(plots_dir / "performance_profile.png", title, rl["reason"])
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.0), sharey=True)
+    for ax, k in zip(axes, ("iqm", "mean")):
+        for y, side in enumerate(SIDES):
+            v = rl["sides"][side]
+            ax.barh(y, v[f"{k}_hi"] - v[f"{k}_lo"], left=v[f"{k}_lo"], height=0.5,
+                    color=COLORS[side], alpha=0.5)
+            ax.plot([v[k], v[k]], [y - 0.25, y + 0.25], color="black", lw=2)
+        ax.set_yticks(range(len(SIDES)), SIDES)
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_xlabel("normalised score (return / 500)")
+        ax.set_title(k.upper() if k == "iqm" else "Mean")
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"{title}\nstratified bootstrap 95% CI, {rl['reps']} reps", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.86))
+    _save(fig, plots_dir / "iqm.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for side in SIDES:
+        prof, ci = rl["profiles"][side], rl["profile_cis"][side]
+        ax.plot(TAUS, prof, color=COLORS[side], lw=2, label=f"{side} ({len(rl['scores'][side])} runs)")
+        ax.fill_between(TAUS, ci[0], ci[1], color=COLORS[side], alpha=0.2)
+    ax.set_xlabel(r"normalised score $\tau$ (return / 500)")
+    ax.set_ylabel(r"fraction of runs with score > $\tau$")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{title}\nperformance profile, 95% bands")
+    ax.legend(loc="lower left", fontsize=8)
+    ax.grid(alpha=0.3)
+    _save(fig, plots_dir / "performance_profile.png")

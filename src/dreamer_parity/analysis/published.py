@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dreamer_parity.analysis.load import AnalysisError, Run, display_path
+from dreamer_parity import records
+from dreamer_parity.analysis.runs import AnalysisError, Run, display_path
 
-__all__ = ["load_run", "read_evals", "read_launch_info", "EMPTY_SHA1"]
+__all__ = ["load_run", "load_run_dir", "read_evals", "read_launch_info", "EMPTY_SHA1"]
 
 #: sha1 of the empty string: "uncommitted diff vs HEAD" of a clean tree.
 EMPTY_SHA1 = "da39a3ee5e6b4b0d3255bfef95601890afd80709"
@@ -40,69 +41,59 @@ _NO_EPISODES = "published runs carry no episodes.jsonl (training episodes)"
 
 
 def read_evals(path) -> list[dict]:
-    """Read a published ``evals.jsonl``; AnalysisError names file and line when malformed.
+    """Read a published ``evals.jsonl`` (:func:`dreamer_parity.records.read_lines`).
 
     Every line is an object with integer ``seed``, ``rows``, ``updates`` (0..2**53), a
     number ``mean`` and, when not null, ``returns`` (a non-empty list of numbers whose mean
     is ``mean``, :data:`dreamer_parity.records.MEAN_RTOL`) and ``lengths`` (integers, as
     many, their mean ``len_mean`` when present); no NaN or Infinity anywhere; ``rows``
     strictly increasing.
-    """
-    from dreamer_parity import records
 
+    Raises:
+      records.RecordError: naming file and line (the one error type of the JSONL reader).
+    """
     path = Path(path)
     name = display_path(path)
-    if not path.exists():
-        raise AnalysisError(f"{name}: missing")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise AnalysisError(f"{name}:{line}: not UTF-8 text") from None
-    if text and not text.endswith("\n"):
-        raise AnalysisError(f"{name}:{text.count(chr(10)) + 1}: truncated line")
     out = []
     prev = None
-    for i, line in enumerate(text.splitlines(), 1):
+    for i, obj in records.read_lines(path, name):
         where = f"{name}:{i}"
-        try:
-            obj = records.loads_finite(line)
-        except ValueError as e:
-            raise AnalysisError(f"{where}: invalid JSON or non-finite number ({e})") from None
-        if not isinstance(obj, dict):
-            raise AnalysisError(f"{where}: expected a JSON object")
         for key, types in (("seed", int), ("rows", int), ("updates", int),
                            ("mean", (int, float))):
             v = obj.get(key)
             if isinstance(v, bool) or not isinstance(v, types):
-                raise AnalysisError(f"{where}: field {key!r} missing or not a number")
+                raise records.RecordError(f"{where}: field {key!r} missing or not a number")
         for key in ("seed", "rows", "updates"):
             if not 0 <= obj[key] <= records.MAX_INT:
-                raise AnalysisError(f"{where}: field {key!r} must lie in 0..2**53, got {obj[key]}")
+                raise records.RecordError(
+                    f"{where}: field {key!r} must lie in 0..2**53, got {obj[key]}")
         for mean_key, list_key, kind in (("mean", "returns", (int, float)),
                                          ("len_mean", "lengths", int)):
             values = obj.get(list_key)
             if values is None:
                 continue
             if not isinstance(values, list) or not values:
-                raise AnalysisError(f"{where}: field {list_key!r} must be a non-empty list or null")
+                raise records.RecordError(
+                    f"{where}: field {list_key!r} must be a non-empty list or null")
             bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kind)]
             if bad:
-                raise AnalysisError(f"{where}: field {list_key!r} must hold numbers, got {bad[0]!r}")
+                raise records.RecordError(
+                    f"{where}: field {list_key!r} must hold numbers, got {bad[0]!r}")
             m = obj.get(mean_key)
             if m is None and mean_key == "len_mean":
                 continue
             if isinstance(m, bool) or not isinstance(m, (int, float)):
-                raise AnalysisError(f"{where}: field {mean_key!r} missing or not a number")
+                raise records.RecordError(f"{where}: field {mean_key!r} missing or not a number")
             if not records.mean_matches(m, values):
-                raise AnalysisError(f"{where}: field {mean_key!r} {m!r} is not the mean of "
-                                    f"{list_key!r} ({sum(values) / len(values)!r})")
+                raise records.RecordError(
+                    f"{where}: field {mean_key!r} {m!r} is not the mean of "
+                    f"{list_key!r} ({sum(values) / len(values)!r})")
         if obj.get("returns") is not None and obj.get("lengths") is not None and \
                 len(obj["returns"]) != len(obj["lengths"]):
-            raise AnalysisError(f"{where}: fields 'returns' and 'lengths' differ in length")
+            raise records.RecordError(f"{where}: fields 'returns' and 'lengths' differ in length")
         if prev is not None and obj["rows"] <= prev:
-            raise AnalysisError(f"{where}: field 'rows' out of order: {obj['rows']} after {prev}")
+            raise records.RecordError(
+                f"{where}: field 'rows' out of order: {obj['rows']} after {prev}")
         prev = obj["rows"]
         out.append(obj)
     return out
@@ -131,30 +122,38 @@ def read_launch_info(path) -> dict:
     return out
 
 
-def _layout_dirs(directory: Path, side: str, seed: int) -> tuple[Path, Path]:
-    """(run directory, round directory) of one published run."""
-    if side == "reference":
-        return directory / f"ref_s{seed}", directory
-    if (directory / "ajax").is_dir():
-        return directory / "ajax" / f"s{seed}", directory
-    return directory / f"s{seed}", directory.parent
-
-
 def load_run(directory, side: str, seed: int) -> Run:
-    """Load one published run as a :class:`Run` (``source="published"``).
-
-    Args:
-      directory: the published round directory (``ref_s<S>/``, ``ajax/``), or for the
-        candidate the ``ajax`` directory itself.
-      side: ``"reference"`` or ``"candidate"`` (``ajax`` maps to candidate).
-      seed: the run seed.
+    """Load seed ``seed`` of ``side`` from a published directory (``ref_s<S>/``,
+    ``ajax/s<S>/``, or ``s<S>/`` of an ``ajax`` directory; :func:`dreamer_parity.sides.locate`).
 
     Raises:
-      AnalysisError: the run's ``evals.jsonl`` is missing or malformed, or its seed
-      field disagrees with the directory.
+      sides.SideError: the directory holds no published run of that seed;
+      records.RecordError / AnalysisError: see :func:`load_run_dir`.
     """
-    directory = Path(directory)
-    run_dir, round_dir = _layout_dirs(directory, side, seed)
+    from dreamer_parity import sides
+
+    run_dir, layout, made_by = sides.locate(Path(directory), side, seed, f"{side} directory")
+    if layout != "published":
+        raise AnalysisError(f"{display_path(run_dir)}: not the published layout")
+    return load_run_dir(run_dir, side, seed, made_by)
+
+
+def load_run_dir(run_dir, side: str, seed: int, made_by: str) -> Run:
+    """Load one published run directory as a :class:`Run` (``source="published"``).
+
+    Args:
+      run_dir: ``<round>/ref_s<S>`` (made by the reference) or ``<round>/ajax/s<S>``
+        (made by the study's candidate).
+      side: the side the run stands on (``"reference"`` or ``"candidate"``).
+      seed: the run seed.
+      made_by: ``"reference"`` or ``"candidate"`` (:func:`dreamer_parity.sides.locate`).
+
+    Raises:
+      records.RecordError: the run's ``evals.jsonl`` is missing or malformed;
+      AnalysisError: its seed field disagrees with the directory.
+    """
+    run_dir = Path(run_dir)
+    round_dir = run_dir.parent if made_by == "reference" else run_dir.parent.parent
     evals_path = run_dir / "evals.jsonl"
     rows = read_evals(evals_path)
     for i, o in enumerate(rows, 1):
@@ -170,7 +169,7 @@ def load_run(directory, side: str, seed: int) -> Run:
     })
     timing = None
     args: dict = {}
-    if side == "reference":
+    if made_by == "reference":
         tpath = run_dir / "timing.json"
         timing = json.loads(tpath.read_text()) if tpath.exists() else None
         apath = run_dir / "run_args.json"
@@ -198,12 +197,12 @@ def load_run(directory, side: str, seed: int) -> Run:
         patch = run_dir.parent / "PATCH.txt"
     launch = read_launch_info(round_dir / "launch_info.txt")
     prov = {}
-    if side in launch:
-        prov["reference" if side == "reference" else "repo"] = launch[side]
+    if made_by in launch:
+        prov["reference" if made_by == "reference" else "repo"] = launch[made_by]
     run_info = {"args": args, "config": {}, "provenance": prov,
                 "patch": patch.read_text().strip() if patch.exists() else None}
     return Run(side=side, seed=seed, source="published", label=display_path(run_dir),
                status="ok", reason=None, failed_row=None, evals=evals,
                eval_returns=[o.get("returns") for o in rows], train=None, episodes=None,
                run_info=run_info, timing=timing,
-               unavailable={"train": _NO_TRAIN, "episodes": _NO_EPISODES})
+               unavailable={"train": _NO_TRAIN, "episodes": _NO_EPISODES}, made_by=made_by)

@@ -171,8 +171,7 @@ def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | Non
                 f"eval_episodes {params['eval_episodes']})"}
     out = []
     for name, same in matches:
-        pub = load_side(published_dir / name, "reference", PUBLISHED_REFERENCE[name]["seeds"],
-                        "published")
+        pub = load_side(published_dir / name, "reference", PUBLISHED_REFERENCE[name]["seeds"])
         pub_eval = stats.eval_matrix(pub, points, st["failed_rule"])
         entry = {"name": name, "same_protocol": same, "seeds": PUBLISHED_REFERENCE[name]["seeds"],
                  "decode": PUBLISHED_REFERENCE[name]["decode"],

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dreamer_parity.analysis import stats
-from dreamer_parity.analysis.metrics_out import atomic_text
+from dreamer_parity.analysis.metrics_out import atomic_text, source_rows
 
 __all__ = ["render", "write_report", "known_differences", "plain_words"]
 
@@ -323,6 +323,13 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           f"{p['eval_episodes']} episodes; profile `{p['profile']}`; candidate decode `{p['decode']}`; "
           f"reference decode `{p['reference']['decode']}`, sampler `{p['reference']['sampler']}`."]
     L += [f"* Note: {n}" for n in notes]
+    L += ["", "## Sources", "",
+          "Where each seed's run comes from (`candidate.source`, `reference.source`; "
+          "docs/SIDES.md) and which implementation made it.", "",
+          "| side | seed | source | run directory | layout | made by |", "|---|---|---|---|---|---|"]
+    for r in source_rows(result):
+        L.append(f"| {r['side']} | {r['seed']} | `{r['source']}` | `{r['run_dir']}` | "
+                 f"{r['layout']} | {r['made_by']} |")
     L += ["", "## Parameters", "", "| key | value |", "|---|---|"]
     for k, v in (("round", p["round"]), ("decode", p["decode"]), ("profile", p["profile"]),
                  ("seeds", p["seeds"]), ("rows", p["rows"]), ("eval_every", p["eval_every"]),
@@ -330,6 +337,8 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
         L.append(f"| {k} | {v} |")
     for k, v in p["reference"].items():
         L.append(f"| reference.{k} | {v} |")
+    for k, v in p["candidate"].items():
+        L.append(f"| candidate.{k} | {v} |")
     for k, v in st.items():
         L.append(f"| stats.{k} | {v} |")
 

@@ -34,14 +34,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from dreamer_parity.analysis.load import AnalysisError, Run
+from dreamer_parity.params import NUM_ENVS
+from dreamer_parity.analysis.runs import AnalysisError, Run
 
 __all__ = ["eval_matrix", "s1_values", "late_values", "late_points", "s2_curve", "s2_matrix",
            "welch", "bootstrap_diff", "seeds_needed", "n_for_effect", "decide", "concordance", "round3_reading",
            "windows_table", "relative_to_first", "overlap_count", "BOOTSTRAP_SEED", "NUM_ENVS",
            "ENTROPY", "EMBED", "EMBED_REL"]
 
-NUM_ENVS = 16
 #: Generator seed of the bootstrap (fixed so the interval is reproducible).
 BOOTSTRAP_SEED = 20261004
 ENTROPY = "ent/action/mean"

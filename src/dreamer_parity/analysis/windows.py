@@ -251,7 +251,7 @@ def write(win: dict, metrics_path, plots_dir, round_name: str, caption: str = ""
     """Write ``windows.json``, the ``windows/`` CSVs (replacing the directory) and
     ``windows.png``; returns the flat dict.  Each file is written atomically."""
     from dreamer_parity import records
-    from dreamer_parity.analysis.metrics_out import atomic_text
+    atomic_text = records.write_text
     plots_dir = Path(plots_dir)
     flat = flat_keys(win, round_name)
     records.write_json(metrics_path, flat)

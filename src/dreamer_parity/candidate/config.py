@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
+from dreamer_parity.params import DECODES as _DECODES  # the one definition of the values
 from dreamer_parity.params import PROFILES
 
 __all__ = ["AgentConfig", "DEFAULT_LOSS_SCALES", "LOSS_TERMS"]
@@ -23,8 +24,6 @@ LOSS_TERMS = ("vector", "reward", "cont", "dyn", "rep", "actor", "critic", "repl
 DEFAULT_LOSS_SCALES = MappingProxyType({
     "vector": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 1.0, "rep": 0.1,
     "actor": 1.0, "critic": 1.0, "replay_critic": 0.3})
-
-_DECODES = ("exact", "ref")
 
 
 @dataclass(frozen=True)

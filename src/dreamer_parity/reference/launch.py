@@ -8,7 +8,8 @@ Command line::
 Steps, each failing with one line (exit status 2) before any compute:
 
 1. validate ``--params`` with :func:`dreamer_parity.params.load` and the seed (a
-   non-negative integer); ``reference.source`` must be ``run``;
+   non-negative integer) (which seeds run here is the pipeline's decision,
+   :func:`dreamer_parity.sides.runs_here`);
 2. check the set-up (:func:`dreamer_parity.reference.setup.check_setup`): the checkout
    at 29eb964, clean, and the venv matching the lock; else name ``make reference-setup``;
    jax, jaxlib and numpy of the venv first, one line naming the package, installed and
@@ -39,6 +40,7 @@ import sys
 from pathlib import Path
 
 from dreamer_parity import params as params_mod
+from dreamer_parity import sides
 from dreamer_parity import provenance, records
 from dreamer_parity.reference import setup as ref_setup
 
@@ -158,20 +160,39 @@ def main(argv=None) -> int:
         seed = parse_seed(a.seed)
         if p is None:
             raise LaunchError(f"--params {a.params}: no such file")
-        if p["reference"]["source"] != "run":
+        if seed not in sides.runs_here(p, "reference"):
             raise LaunchError(
-                "params: reference.source: is a directory of published runs, not 'run'; this "
-                "round does not run the reference")
-        out = Path(a.out).resolve()
+                f"params: reference.source: seed {seed} comes from "
+                f"{sides.seed_sources(p, 'reference').get(seed, 'no source (not a round seed)')}"
+                f", not 'run'; this round does not run it")
+    except LaunchError as e:
+        print(f"reference launch: error: {e}", file=sys.stderr)
+        return 2
+    return launch(p, seed, a.out, a.root)
+
+
+def launch(p: dict, seed: int, out_dir, root=None) -> int:
+    """Run one reference seed of validated params ``p`` into ``out_dir``.
+
+    Checks the output directory (a completed run is refused), the reference set-up under
+    ``root`` (default: as ``python -m dreamer_parity.reference.setup``) and the reference
+    venv's package pins, then runs the runner in the reference venv.  Which seeds run here
+    is the pipeline's decision (:func:`dreamer_parity.sides.runs_here`), not this one's.
+
+    Returns:
+      The runner's exit status; 2 (one line on stderr) when a check refuses.
+    """
+    try:
+        out = Path(out_dir).resolve()
         if (out / records.DONE).exists():
             prepare_out_dir(out)  # refuses a completed run, whatever the set-up
         try:
-            info = ref_setup.check_setup(a.root, check_packages=False)
+            info = ref_setup.check_setup(root, check_packages=False)
             # jax, jaxlib, numpy of the reference venv against requirements-reference.lock
             # (one line naming the package), then every other package (unless overridden)
             pins = provenance.check_pins(REFERENCE_LOCK, python=info["python"])
             if not pins["override"]:
-                ref_setup.check_setup(a.root)
+                ref_setup.check_setup(root)
         except ref_setup.SetupError as e:
             raise LaunchError(str(e)) from None
         prepare_out_dir(out)

@@ -28,10 +28,10 @@ function (reference venv only; nothing here is applied unless asked for).
 
 from __future__ import annotations
 
+from dreamer_parity.params import DECODES, SAMPLERS  # the one definition of the values
+
 __all__ = ["DECODES", "SAMPLERS", "SAMPLER_SALT", "exact_mean", "apply", "restore"]
 
-DECODES = ("ref", "exact")
-SAMPLERS = ("stock", "per_run")
 SAMPLER_SALT = 0x5EED
 
 _ORIGINALS: dict = {}

@@ -173,13 +173,6 @@ def _to_plain(x):
     return x
 
 
-def _fmt_s(s: float) -> str:
-    if not math.isfinite(s):
-        return "?"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 class Instrument:
     """State and read-only hooks shared by the factories of one run (see module doc).
 
@@ -421,7 +414,7 @@ class Instrument:
         elif remaining <= 0:
             eta = "0m00s"
         else:
-            eta = _fmt_s(remaining / rate) if rate > 0 else "?"
+            eta = schedule.format_duration(remaining / rate) if rate > 0 else "?"
         _progress(f"[reference s{self.args.seed}] rows {step}/{self.args.rows} updates "
                   f"{updates}/{self.total_updates} ({rate:.2f} upd/s) ETA {eta}")
         self._last_print = (now, step, updates)
@@ -596,7 +589,7 @@ def run(args: RunArgs) -> int:
     records.write_json(out / "timing.json", inst.timing(loop_s))
     records.write_done(out, status, reason)
     _progress(f"[reference s{args.seed}] {status}" + (f": {reason}" if reason else "")
-              + f" ({_fmt_s(time.time() - inst.t_start)})")
+              + f" ({schedule.format_duration(time.time() - inst.t_start)})")
     return 0 if status == "ok" else 1
 
 

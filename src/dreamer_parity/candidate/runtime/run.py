@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from ... import params as paramslib
 from ... import records
+from ...schedule import format_duration
 
 __all__ = ["main", "run", "RunParamsError", "chunk_steps_for"]
 
@@ -68,14 +68,6 @@ def config_dict(cfg) -> dict:
 
 def _log(msg: str) -> None:
     print(f"[candidate] {msg}", file=sys.stderr, flush=True)
-
-
-def _fmt_s(s: float) -> str:
-    if not math.isfinite(s):
-        return "?"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else \
-        f"{s // 60}m{s % 60:02d}s"
 
 
 def _default_agent(params: dict):
@@ -280,7 +272,7 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     final_params = jax.device_get(looplib.field(agent_state, "params"))
     _write_outputs(Path(out), run_params, cfg_dict, host, final_params, seeds, timing,
                    argv or {}, schedule)
-    _log(f"done: {rows} rows, {total_updates} updates per seed, wall {_fmt_s(wall)}; "
+    _log(f"done: {rows} rows, {total_updates} updates per seed, wall {format_duration(wall)}; "
          f"outputs in {out}")
     return result
 
@@ -294,7 +286,7 @@ def _progress(c, chunk_steps, counts_all, updates_before, total_updates, n_seeds
     rate = ran * n_seeds / el if el > 0 else 0.0
     eta = (total_updates - upd) * n_seeds / rate if rate > 0 else float("nan")
     msg = (f"rows {done_steps * NUM_ENVS}/{len(counts_all) * NUM_ENVS}  updates {upd}/"
-           f"{total_updates}  {rate:.2f} seed-updates/s  ETA {_fmt_s(eta)}")
+           f"{total_updates}  {rate:.2f} seed-updates/s  ETA {format_duration(eta)}")
     if evals:
         msg += "  eval " + " ".join(f"s{s}={v:.1f}" for s, v in evals.items())
     _log(msg)
@@ -329,6 +321,19 @@ def main(argv=None) -> int:
     except (paramslib.ParamsError, RunParamsError, PinError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # seeds whose candidate source is not `run` come from elsewhere: a stand-in marker each
+    # (docs/SIDES.md); the decision is dreamer_parity.sides' alone
+    from ... import sides
+    where = sides.seed_sources(params, "candidate")
+    for seed, src in where.items():
+        if src != "run":
+            sides.write_stand_in(records.run_dir(args.out, "candidate", seed), "candidate",
+                                 seed, src)
+            _log(f"candidate.source: seed {seed} comes from {src}; nothing runs here")
+    here = sides.runs_here(params, "candidate")
+    if not here:
+        return 0
+    params = {**params, "seeds": here}
     # one host device per seed (candidate/runtime/seedmesh.py), before jax starts its CPU backend
     from . import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))

@@ -1,0 +1,278 @@
+"""Where each side's runs come from: the one resolver of ``candidate.source`` and
+``reference.source`` (docs/SIDES.md is the contract a runner must meet).
+
+A side's source in params.yaml is one of
+
+``run``
+    This repository runs the side: seed ``S`` is ``results/<side>/s<S>`` (the stage
+    ``candidate`` or ``reference@S`` writes it).
+``<dir>``
+    A directory of finished runs inside the repository (``data/...``), in the records
+    schema (``<dir>/s<S>/{records.jsonl, episodes.jsonl, run.json, DONE.json}``, or
+    ``<dir>/<side>/s<S>/``) or in the study's published layout (``<dir>/ref_s<S>/``,
+    ``<dir>/ajax/s<S>/``, or ``<dir>/s<S>/evals.jsonl`` for an ``ajax`` directory).
+``[{from: run | <dir>, seeds: [..]}, ...]``
+    The side's seeds taken from several places; each seed of the round exactly once.
+
+:func:`resolve` turns these into one :class:`SeedSource` per seed: the run directory,
+its layout and ``made_by``, the implementation that produced it (``candidate`` or
+``reference``: the run's own ``run.json`` ``side``, or the published layout's
+directory: ``ref_s<S>`` reference, ``ajax`` candidate).  The checks of ``compare``
+judge a run by ``made_by``, not by the side it stands on, so that (for example) the
+candidate's own runs of another round can stand as the reference side.
+
+Command line (the Makefile's set-up step)::
+
+    python -m dreamer_parity.sides show [--params params.yaml]     # per-seed table, JSON
+    python -m dreamer_parity.sides runs-here SIDE [--params ...]   # prints yes or no
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dreamer_parity import params as P
+from dreamer_parity import records
+
+__all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir", "seed_sources",
+           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN"]
+
+#: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
+RESULTS = "results"
+#: The marker a stage writes for a seed it does not run (no DONE.json: not a run).
+STAND_IN = "STAND_IN.json"
+
+
+class SideError(ValueError):
+    """A side's source cannot be used; one line naming ``<side>.source`` or the file."""
+
+
+@dataclass(frozen=True)
+class SeedSource:
+    """Where one seed of one side comes from.
+
+    Attributes:
+      seed: the run seed.
+      source: ``"run"`` or the source directory as written in params.yaml (relative).
+      run_dir: the seed's run directory (relative to the repository root for a params
+        source; as given for :func:`side_from_dir`).
+      layout: ``"records"`` or ``"published"``.
+      made_by: ``"candidate"`` or ``"reference"``: the implementation that produced it.
+    """
+
+    seed: int
+    source: str
+    run_dir: str
+    layout: str
+    made_by: str
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a round: its name and one :class:`SeedSource` per seed (round order)."""
+
+    name: str
+    seeds: tuple
+
+    def by_seed(self, seed: int) -> SeedSource:
+        """The :class:`SeedSource` of ``seed`` (KeyError when the side has no such seed)."""
+        for s in self.seeds:
+            if s.seed == seed:
+                return s
+        raise KeyError(seed)
+
+    @property
+    def sources(self) -> list[str]:
+        """The distinct sources, in seed order."""
+        out = []
+        for s in self.seeds:
+            if s.source not in out:
+                out.append(s.source)
+        return out
+
+
+def seed_sources(params: dict, side: str) -> dict[int, str]:
+    """``{seed: "run" | dir}`` of a validated params dict's ``<side>.source``, round order.
+
+    The list form was checked by :func:`dreamer_parity.params.validate` (each round seed
+    exactly once).
+    """
+    src = params[side]["source"]
+    if isinstance(src, str):
+        return {s: src for s in params["seeds"]}
+    where = {s: part["from"] for part in src for s in part["seeds"]}
+    return {s: where[s] for s in params["seeds"]}
+
+
+def runs_here(params: dict, side: str) -> list[int]:
+    """The seeds of ``side`` that this repository runs (source ``run``), round order."""
+    return [s for s, src in seed_sources(params, side).items() if src == "run"]
+
+
+def write_stand_in(directory, side: str, seed: int, source: str) -> Path:
+    """Write ``<directory>/STAND_IN.json`` for a seed whose runs come from ``source``.
+
+    The stage of ``side`` runs nothing for that seed; the directory holds no
+    ``DONE.json``, so no reader takes it for a run.  Returns the marker's path.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / STAND_IN
+    records.write_json(path, {
+        "side": side, "seed": int(seed), "source": source,
+        "note": f"{side}.source names runs made elsewhere: they stand in for this seed and "
+                f"nothing was run here (no DONE.json: this is not a run; docs/SIDES.md)"})
+    return path
+
+
+def _is_records_run(p: Path) -> bool:
+    return p.is_dir() and ((p / "records.jsonl").exists() or (p / records.DONE).exists())
+
+
+def _made_by_records(run_dir: Path, key: str) -> str:
+    path = run_dir / "run.json"
+    if not path.is_file():
+        raise SideError(f"{key}: {path}: missing (run.json says which side made the run)")
+    info = records.read_run_info(path)   # RecordError naming the file and field
+    made = info.get("side")
+    if made not in records.SIDES:
+        raise SideError(f"{key}: {path}: field 'side' must be one of {records.SIDES}, "
+                        f"got {made!r}")
+    return made
+
+
+def locate(directory: Path, side: str, seed: int, key: str,
+           shown: str | None = None) -> tuple[Path, str, str]:
+    """Find seed ``seed`` of ``side`` in a source directory.
+
+    Looks, in this order, for a records run ``<dir>/s<S>`` or ``<dir>/<side>/s<S>``,
+    then the published layout: for the reference side
+    ``ref_s<S>``, ``ajax/s<S>``, ``s<S>``; for the candidate ``ajax/s<S>``, ``s<S>``,
+    ``ref_s<S>`` (each with ``evals.jsonl``).
+
+    Returns:
+      ``(run_dir, layout, made_by)``.
+
+    Args:
+      directory: the source directory; side, seed: what to find; key: the message's
+        prefix (``params: candidate.source``); shown: the directory as messages name it
+        (default: ``directory``).
+
+    Raises:
+      SideError: naming ``key`` when the directory holds no run of that seed, or a
+        records run whose ``run.json`` is missing or does not say which side made it;
+      records.RecordError: a malformed ``run.json`` (naming the file and field).
+    """
+    d = Path(directory)
+    n = d if shown is None else shown
+    for p in (d / f"s{seed}", d / side / f"s{seed}"):
+        if _is_records_run(p):
+            return p, "records", _made_by_records(p, key)
+    pub = {"reference": (d / f"ref_s{seed}", "reference"),
+           "ajax": (d / "ajax" / f"s{seed}", "candidate"),
+           "flat": (d / f"s{seed}", "candidate")}
+    order = ("reference", "ajax", "flat") if side == "reference" else ("ajax", "flat", "reference")
+    for name in order:
+        p, made = pub[name]
+        if (p / "evals.jsonl").is_file():
+            return p, "published", made
+    raise SideError(
+        f"{key}: {n} has no run of seed {seed} (expected {n}/s{seed}/ with records.jsonl "
+        f"and DONE.json, or the published {n}/ref_s{seed}/evals.jsonl or "
+        f"{n}/ajax/s{seed}/evals.jsonl; docs/SIDES.md)")
+
+
+def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[str, Side]:
+    """Resolve ``<side>.source`` of every side: the one place the sides are decided.
+
+    Args:
+      params: validated params (:func:`dreamer_parity.params.load`).
+      root: the repository root; sources are relative to it and must stay inside it
+        (:func:`dreamer_parity.params.repo_path`).
+      sides: the sides to resolve (default both).
+
+    Returns:
+      ``{side: Side}``; a ``run`` seed is ``results/<side>/s<S>`` (layout ``records``,
+      made by ``side``; it need not exist yet), every other seed is found by
+      :func:`locate`.  ``run_dir`` values are relative to ``root`` (POSIX form).
+
+    Raises:
+      SideError / params.ParamsError: one line naming ``<side>.source``: a path outside
+        the repository or missing, or a seed the directory does not hold;
+      records.RecordError: a records run's malformed ``run.json``.
+    """
+    root = Path(root)
+    out = {}
+    for side in sides:
+        key = f"{side}.source"
+        entries = []
+        for seed, src in seed_sources(params, side).items():
+            if src == "run":
+                entries.append(SeedSource(seed, "run", f"{RESULTS}/{side}/s{seed}",
+                                          "records", side))
+                continue
+            d = P.repo_path(key, src, root)
+            if not d.is_dir():
+                raise SideError(f"params: {key}: {src} is not a directory (the published "
+                                f"rounds are data/published/round1, round2 and round3), "
+                                f"or set {key}: run")
+            run_dir, layout, made = locate(d, side, seed, f"params: {key}", src)
+            entries.append(SeedSource(seed, src, run_dir.relative_to(root).as_posix(),
+                                      layout, made))
+        out[side] = Side(side, tuple(entries))
+    return out
+
+
+def side_from_dir(directory, side: str, seeds) -> Side:
+    """A side read from one directory (the analysis' command-line ``--reference`` /
+    ``--candidate`` and the tests): every seed located there by :func:`locate`.
+
+    ``run_dir`` values keep ``directory``'s form (absolute stays absolute: nothing is
+    written out from them; reports print :func:`analysis.load.display_path`).
+
+    Raises:
+      SideError: the directory is missing or lacks a seed.
+    """
+    d = Path(directory)
+    if side not in records.SIDES:
+        raise ValueError(f"side must be one of {records.SIDES}, got {side!r}")
+    if not d.is_dir():
+        raise SideError(f"{side} directory {d}: not found")
+    entries = []
+    for seed in seeds:
+        run_dir, layout, made = locate(d, side, int(seed), f"{side} directory {d}")
+        entries.append(SeedSource(int(seed), str(d), str(run_dir), layout, made))
+    return Side(side, tuple(entries))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.sides", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", default="params.yaml")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("show", help="print every side's per-seed sources as JSON")
+    r = sub.add_parser("runs-here", help="print yes when this repository runs a seed of SIDE")
+    r.add_argument("side", choices=records.SIDES)
+    a = ap.parse_args(argv)
+    try:
+        params = P.load(a.params)
+        if a.cmd == "runs-here":
+            print("yes" if runs_here(params, a.side) else "no")
+            return 0
+        resolved = resolve(params)
+    except (P.ParamsError, SideError, records.RecordError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError:
+        print(f"error: {a.params}: missing", file=sys.stderr)
+        return 2
+    print(json.dumps({k: [asdict(s) for s in v.seeds] for k, v in resolved.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

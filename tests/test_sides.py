@@ -1,0 +1,260 @@
+"""The one resolver of the sides (dreamer_parity.sides): source forms, per-seed sources,
+made_by, refusals, and the analysis reading sides from several places."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dreamer_parity import params as P
+from dreamer_parity import records, sides
+from dreamer_parity.analysis import checks, compare, synthetic
+
+REPO = Path(__file__).resolve().parents[1]
+ROUND3 = REPO / "data" / "published" / "round3"
+
+SMALL = {"round": "t", "seeds": [0, 1, 2], "rows": 2400, "eval_every": 400,
+         "eval_episodes": 2, "profile": "smoke",
+         "stats": {"s1_rows": [1600, 2000, 2400], "late_rows": [1200, 2400],
+                   "concordance_rows": [2000, 2400], "concordance_range": [1600, 2400]}}
+
+
+def _params(**over):
+    raw = json.loads(json.dumps(SMALL))
+    for key, v in over.items():
+        node = raw
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return P.validate(raw)
+
+
+def _round3(**over):
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    for key, v in over.items():
+        node = raw
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return P.validate(raw)
+
+
+@pytest.fixture
+def synthetic_root(tmp_path):
+    """A repository-like root with a synthetic round under data/runs/t/{reference,candidate}."""
+    synthetic.write_round(tmp_path / "data" / "runs" / "t", _params())
+    return tmp_path
+
+
+# ------------------------------------------------------------------ resolution
+
+
+def test_run_source_is_results_side_seed():
+    s = sides.resolve(_params(), REPO)
+    for side in ("reference", "candidate"):
+        assert [(e.seed, e.source, e.run_dir, e.layout, e.made_by) for e in s[side].seeds] == [
+            (k, "run", f"results/{side}/s{k}", "records", side) for k in (0, 1, 2)]
+    assert sides.runs_here(_params(), "candidate") == [0, 1, 2]
+
+
+@pytest.mark.skipif(not ROUND3.is_dir(), reason="data/published/round3 not present")
+@pytest.mark.parametrize("src, run_dir", [
+    ("data/published/round3/ajax", "data/published/round3/ajax/s{}"),
+    ("data/published/round3", "data/published/round3/ajax/s{}"),  # the candidate side picks ajax
+])
+def test_published_candidate_source(src, run_dir):
+    s = sides.resolve(_round3(**{"candidate.source": src}), REPO)
+    cand = s["candidate"]
+    assert [e.run_dir for e in cand.seeds] == [run_dir.format(k) for k in range(5)]
+    assert {e.layout for e in cand.seeds} == {"published"}
+    assert {e.made_by for e in cand.seeds} == {"candidate"}
+    assert [e.run_dir for e in s["reference"].seeds] == [
+        f"data/published/round3/ref_s{k}" for k in range(5)]
+    assert {e.made_by for e in s["reference"].seeds} == {"reference"}
+    assert sides.runs_here(_round3(**{"candidate.source": src}), "candidate") == []
+
+
+def test_records_directory_nested_by_side_and_made_by_from_run_json(synthetic_root):
+    p = _params(**{"candidate.source": "data/runs/t"})
+    cand = sides.resolve(p, synthetic_root)["candidate"]
+    assert [e.run_dir for e in cand.seeds] == [f"data/runs/t/candidate/s{k}" for k in (0, 1, 2)]
+    assert {e.made_by for e in cand.seeds} == {"candidate"}
+    # the candidate's runs standing on the reference side keep made_by candidate
+    p = _params(**{"reference.source": "data/runs/t/candidate"})
+    ref = sides.resolve(p, synthetic_root)["reference"]
+    assert [e.run_dir for e in ref.seeds] == [f"data/runs/t/candidate/s{k}" for k in (0, 1, 2)]
+    assert {e.made_by for e in ref.seeds} == {"candidate"}
+
+
+def test_mixed_sources_each_seed_once(synthetic_root):
+    p = _params(**{"candidate.source": [{"from": "run", "seeds": [1]},
+                                        {"from": "data/runs/t", "seeds": [2, 0]}]})
+    assert sides.seed_sources(p, "candidate") == {0: "data/runs/t", 1: "run", 2: "data/runs/t"}
+    assert sides.runs_here(p, "candidate") == [1]
+    cand = sides.resolve(p, synthetic_root)["candidate"]
+    assert [(e.seed, e.source, e.run_dir) for e in cand.seeds] == [
+        (0, "data/runs/t", "data/runs/t/candidate/s0"), (1, "run", "results/candidate/s1"),
+        (2, "data/runs/t", "data/runs/t/candidate/s2")]
+    assert cand.sources == ["data/runs/t", "run"]
+
+
+# ------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize("value, message", [
+    ([{"from": "run", "seeds": [0, 1]}, {"from": "data/x", "seeds": [1, 2]}],
+     "params: candidate.source: seeds [1] listed more than once"),
+    ([{"from": "run", "seeds": [0, 1]}], "params: candidate.source: round seeds [2] have no source"),
+    ([{"from": "run", "seeds": [0, 1, 2, 7]}],
+     "params: candidate.source: seeds [7] are not round seeds [0, 1, 2]"),
+    ([{"from": "run"}], "params: candidate.source: entry 0: expected {from: run | <dir>, seeds: [..]}"),
+    ([{"from": "run", "seeds": []}, {"from": "run", "seeds": [0, 1, 2]}],
+     "params: candidate.source: entry 0: seeds: needs at least one seed"),
+    ("../elsewhere", "params: candidate.source: '../elsewhere' leaves the repository"),
+    ("/abs/runs", "params: candidate.source: '/abs/runs' is absolute"),
+    ("", "params: candidate.source: must be 'run', a directory"),
+    (3, "params: candidate.source: expected 'run', a directory or a list"),
+])
+def test_validate_refuses_bad_source_forms(value, message):
+    with pytest.raises(P.ParamsError) as e:
+        _params(**{"candidate.source": value})
+    assert str(e.value).startswith(message), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_repo_path_refuses_a_symlink_out(tmp_path):
+    root = tmp_path / "repo"
+    (root / "data").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, root / "data" / "link")
+    with pytest.raises(P.ParamsError, match=r"^params: reference.source: 'data/link' resolves "
+                                            r"outside the repository"):
+        sides.resolve(_params(**{"reference.source": "data/link"}), root)
+    assert P.repo_path("reference.source", "data", root) == root / "data"
+
+
+def test_missing_directory_and_missing_seed_name_the_key(synthetic_root):
+    with pytest.raises(sides.SideError, match=r"^params: candidate.source: data/none is not a "
+                                              r"directory"):
+        sides.resolve(_params(**{"candidate.source": "data/none"}), synthetic_root)
+    shutil.rmtree(synthetic_root / "data/runs/t/candidate/s2")
+    with pytest.raises(sides.SideError, match=r"^params: candidate.source: data/runs/t has no run "
+                                              r"of seed 2 "):
+        sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
+
+
+def test_run_json_must_say_who_made_the_run(synthetic_root):
+    run_json = synthetic_root / "data/runs/t/candidate/s1/run.json"
+    info = json.loads(run_json.read_text())
+    info["side"] = "ajax"
+    run_json.write_text(json.dumps(info))
+    with pytest.raises(records.RecordError, match=r"s1/run.json: field 'side' must be one of"):
+        sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
+    del info["side"]
+    run_json.write_text(json.dumps(info))
+    with pytest.raises(sides.SideError, match=r"^params: candidate.source: .*s1/run.json: field "
+                                              r"'side' must be one of .*got None"):
+        sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
+    run_json.unlink()
+    with pytest.raises(sides.SideError, match=r"s1/run.json: missing"):
+        sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
+
+
+# ------------------------------------------------------------------ through the analysis
+
+
+def test_analysis_reads_mixed_sources_and_records_them(synthetic_root, monkeypatch):
+    """Reference seeds from two directories; the result equals the one-directory analysis."""
+    monkeypatch.chdir(synthetic_root)
+    split = synthetic_root / "data" / "runs" / "split"
+    split.mkdir()
+    shutil.move(synthetic_root / "data/runs/t/reference/s2", split / "s2")
+    p = _params(**{"reference.source": [{"from": "data/runs/t/reference", "seeds": [0, 1]},
+                                        {"from": "data/runs/split", "seeds": [2]}],
+                   "candidate.source": "data/runs/t"})
+    res = compare.analyse(p, *[sides.resolve(p, ".")[k] for k in ("reference", "candidate")])
+    assert res["sides"]["reference"]["layout"] == "records"
+    assert res["sides"]["reference"]["dir"] == "data/runs/t/reference; data/runs/split"
+    shutil.move(split / "s2", synthetic_root / "data/runs/t/reference/s2")
+    whole = compare.analyse(p, "data/runs/t/reference", "data/runs/t/candidate")
+    for key in ("s1", "late"):
+        assert res[key]["decision"] == whole[key]["decision"]
+    from dreamer_parity.analysis import metrics_out
+    keys = metrics_out.source_keys(res)
+    assert keys["source.reference.s2"] == "data/runs/split"
+    assert keys["source.reference.s0"] == "data/runs/t/reference"
+    assert keys["made_by.reference.s2"] == "reference"
+
+
+def test_checks_judge_a_run_by_who_made_it(synthetic_root, monkeypatch):
+    """The candidate's runs standing on the reference side get the candidate's checks."""
+    monkeypatch.chdir(synthetic_root)
+    p = _params(**{"reference.source": "data/runs/t/candidate",
+                   "candidate.source": "data/runs/t/candidate"})
+    r = sides.resolve(p, ".")
+    res = compare.analyse(p, r["reference"], r["candidate"])
+    ref_runs = res["sides"]["reference"]["runs"]
+    assert {run.side for run in ref_runs} == {"reference"}
+    assert {run.made_by for run in ref_runs} == {"candidate"}
+    prov = [c for c in res["checks"] if c.name == "provenance" and c.side == "reference"]
+    assert len(prov) == 3 and all("candidate at" in c.detail for c in prov), prov
+    # the same runs with the reference's checks would need a reference commit
+    for run in ref_runs:
+        run.made_by = "reference"
+    again = checks.run_checks(p, ref_runs, res["sides"]["candidate"]["runs"])
+    prov = [c for c in again if c.name == "provenance" and c.side == "reference"]
+    assert all(c.status == "FAIL" and "reference commit" in c.detail for c in prov), prov
+
+
+def test_stand_in_marker_is_not_a_run(tmp_path):
+    path = sides.write_stand_in(tmp_path / "s3", "candidate", 3, "data/published/round3/ajax")
+    marker = json.loads(path.read_text())
+    assert marker["side"] == "candidate" and marker["seed"] == 3
+    assert marker["source"] == "data/published/round3/ajax"
+    assert sorted(x.name for x in path.parent.iterdir()) == ["STAND_IN.json"]
+
+
+@pytest.mark.skipif(not ROUND3.is_dir(), reason="data/published/round3 not present")
+def test_study_candidate_as_the_candidate_side_gives_the_studys_analysis():
+    """candidate.source: data/published/round3/ajax reproduces the study's analysis3.json."""
+    p = _round3(**{"candidate.source": "data/published/round3/ajax"})
+    r = sides.resolve(p, REPO)
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        res = compare.analyse(p, r["reference"], r["candidate"])
+    finally:
+        os.chdir(cwd)
+    pub = json.loads((ROUND3 / "analysis3.json").read_text())
+    import numpy as np
+    np.testing.assert_allclose(res["late"]["values"]["candidate"], pub["late_ajax"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(res["late"]["values"]["reference"], pub["late_ref"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(res["s1"]["values"]["candidate"], pub["s1_ajax"], rtol=0, atol=1e-9)
+    assert res["late"]["decision"]["welch"]["p"] == pytest.approx(pub["p_late"], rel=1e-12)
+    assert res["reading"]["reading"] == "H2 or noise"
+    assert {run.made_by for run in res["sides"]["candidate"]["runs"]} == {"candidate"}
+
+
+def test_candidate_stage_writes_stand_ins_and_runs_nothing(tmp_path):
+    """A candidate side from elsewhere: the stage's runner writes markers, no run, exit 0."""
+    from dreamer_parity.candidate.runtime import run as cand_run
+
+    raw = json.loads(json.dumps(SMALL))
+    raw["candidate"] = {"source": "data/elsewhere"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    rc = cand_run.main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"),
+                        "--work-dir", str(tmp_path / "work")])
+    assert rc == 0
+    for s in SMALL["seeds"]:
+        d = tmp_path / "out" / "candidate" / f"s{s}"
+        assert sorted(x.name for x in d.iterdir()) == ["STAND_IN.json"]
+        assert json.loads((d / "STAND_IN.json").read_text())["source"] == "data/elsewhere"
+    assert not (tmp_path / "work").exists()
