@@ -124,8 +124,8 @@ def draws(fx, step):
 @contextlib.contextmanager
 def capture_grads():
     """While active, ``candidate.optim.apply`` also returns the raw gradients it receives
-    under the metric key ``"__grads__"`` (a thin wrapper until the agent exposes them,
-    PARITY_REQUESTS.md request 1).  Takes effect in functions traced inside the block."""
+    under the metric key ``"__grads__"`` (a test-only wrapper; ``agent.train_step``'s
+    ``internals`` returns them too).  Takes effect in functions traced inside the block."""
     from dreamer_parity.candidate import optim
     orig = optim.apply
 
@@ -268,8 +268,8 @@ def capture_twohot():
     """While active (at trace time), every ``candidate.twohot.mean`` call inside the
     candidate's loss is returned through the metrics as ``"__twohot<i>/logits"`` and
     ``"__twohot<i>/mean"`` (i in call order: 0 imagined reward, 1 value, 2 slow value,
-    3 replay slow value; candidate/agent.py ``_loss``).  Thin test wrapper until the agent
-    exposes its internals (PARITY_REQUESTS.md request 1)."""
+    3 replay slow value; candidate/agent.py ``_loss``).  A test-only wrapper; it also
+    captures the replay slow value, which ``agent.train_step``'s ``internals`` leaves out."""
     from dreamer_parity.candidate import agent, twohot
     captured = []
     orig_mean, orig_stats = twohot.mean, agent._tensorstats

@@ -35,9 +35,12 @@ stock ``JAXAgent.train`` returns the metrics of the previous call, ``jaxagent.py
 evaluation of PROTOCOL.md 4.2 (:func:`Instrument.evaluate`).
 
 Outputs in ``out``: ``run.json`` (written first), ``records.jsonl`` (rewritten at every
-record), ``episodes.jsonl``, ``timing.json``, ``params.npz`` (final agent parameters, keys
-as ``agent.params``), ``logdir/`` (the stock ``config.yaml``, ``metrics.jsonl``, initial
-``checkpoint.ckpt``), and ``DONE.json`` last.  A run that raises writes
+record), ``episodes.jsonl``, ``timing.json``, ``params.npz`` (final agent parameters,
+compressed, keys as ``agent.params``), ``logdir/`` (the stock ``config.yaml`` and
+``metrics.jsonl``), and ``DONE.json`` last.  The stock loop also saves an initial
+checkpoint, ``logdir/checkpoint.ckpt``, before its first step (``train.py:94-101``); the
+runner deletes it once the loop has ended, since nothing can resume from it (deviation D6)
+and the final parameters are in ``params.npz``.  A run that raises writes
 ``DONE.json`` with status ``failed`` and exits 1.  Progress goes to stderr.
 """
 
@@ -71,6 +74,8 @@ EVAL_ENTROPY = 7_000_001
 EVAL_SEED_ENTROPY = 1_000_000
 MAX_EVAL_STEPS = 500
 LOGDIR = "logdir"
+#: The stock initial checkpoint in :data:`LOGDIR`, deleted when the loop has ended.
+STOCK_CHECKPOINT = "checkpoint.ckpt"
 
 
 def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR) -> dict:
@@ -511,10 +516,16 @@ def _save_params(path: Path, agent) -> None:
         for keypath, leaf in leaves:
             arrays[name + jax.tree_util.keystr(keypath)] = np.asarray(leaf)
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez_compressed(buf, **arrays)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(buf.getvalue())
     os.replace(tmp, path)
+
+
+def _remove_stock_checkpoint(logdir: Path) -> None:
+    """Delete :data:`STOCK_CHECKPOINT` (and its ``.tmp``) from ``logdir`` if present."""
+    for name in (STOCK_CHECKPOINT, STOCK_CHECKPOINT + ".tmp"):
+        (logdir / name).unlink(missing_ok=True)
 
 
 def run(args: RunArgs) -> int:
@@ -601,6 +612,7 @@ def run(args: RunArgs) -> int:
     finally:
         embodied.Driver = stock_driver
     loop_s = time.time() - t0
+    _remove_stock_checkpoint(out / LOGDIR)
     inst.write_episodes()
     if inst.agent is not None:
         try:
