@@ -175,11 +175,9 @@ def test_the_stock_config_file_and_final_parameters_are_written(smoke_runs):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_stock_initial_checkpoint_is_removed(smoke_runs, seed):
     run_dir, _ = smoke_runs[seed]
-    assert sorted(p.name for p in (run_dir / "logdir").iterdir()) == ["config.yaml",
-                                                                       "metrics.jsonl"]
-    assert sorted(p.name for p in run_dir.iterdir()) == sorted(
-        ["DONE.json", "episodes.jsonl", "logdir", "params.npz", "records.jsonl", "run.json",
-         "stdout.log", "timing.json"])
+    files = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+    assert files == ["DONE.json", "episodes.jsonl", "logdir/config.yaml", "logdir/metrics.jsonl",
+                     "params.npz", "records.jsonl", "run.json", "stdout.log", "timing.json"]
 
 
 def test_checkout_is_untouched_after_the_runs(smoke_runs):
