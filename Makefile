@@ -84,4 +84,4 @@ clean-venv:
 
 # Regenerate tests/fixtures/parity/*.npz from the reference (about 10 min; the tests never need it).
 parity-fixtures: reference-setup
-	$(PY) -m dreamer_parity.parity.regen
+	$(PY) tests/parity/regen.py

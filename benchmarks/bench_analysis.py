@@ -20,10 +20,14 @@ from pathlib import Path
 
 import yaml
 
+# the synthetic round writer the tests use (tests/synthetic.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
 
 def main() -> int:
     t0 = time.perf_counter()
-    from dreamer_parity.analysis import compare, plots, synthetic
+    from dreamer_parity.analysis import compare, plots
+    import synthetic
     from dreamer_parity.params import validate
     t_import = time.perf_counter() - t0
     raw = {"round": "bench", "seeds": [0, 1, 2, 3, 4], "rows": 24000, "eval_every": 400,

@@ -10,7 +10,7 @@ Measures, each in a fresh reference process:
 1. build + compile seconds of the agent with a **cold** JAX persistent compilation cache
    (an empty temporary cache directory), and the isolated seconds per update (the stock
    ``JAXAgent.train`` on one fixed batch, blocking after each call; median of
-   ``--updates`` after 2 warm-up calls): :mod:`dreamer_parity.reference.bench_agent`;
+   ``--updates`` after 2 warm-up calls): ``benchmarks/lib/bench_agent.py``;
 2. the same with the cache now **warm**;
 3. seconds per update **inside the reference's own loop**: the real runner
    (:mod:`dreamer_parity.reference.runner`) for ``--loop-rows`` rows (1360 rows = 161
@@ -43,7 +43,8 @@ def _bench_agent(info, cache: Path, profile: str, updates: int) -> dict:
            "JAX_PLATFORMS": "cpu", "PYTHONDONTWRITEBYTECODE": "1",
            "JAX_COMPILATION_CACHE_DIR": str(cache),
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-    r = subprocess.run([str(info["python"]), "-m", "dreamer_parity.reference.bench_agent",
+    script = Path(__file__).resolve().parent / "lib" / "bench_agent.py"
+    r = subprocess.run([str(info["python"]), str(script),
                         "--profile", profile, "--updates", str(updates)],
                        capture_output=True, text=True, env=env, cwd=str(info["checkout"]))
     lines = [x for x in r.stdout.splitlines() if x.startswith("BENCH ")]

@@ -6,7 +6,7 @@
 Prints sha256 digests of
 
 1. ``train_step``: the train state, outputs and metrics after one train step of seed 0's
-   initial state on a fixed synthetic batch (:func:`bench.synthetic_batch`), at the round's
+   initial state on a fixed synthetic batch (``benchmarks/lib/train_step.py`` ``synthetic_batch``), at the round's
    profile and decode, jitted with the loop's XLA:CPU options;
 2. ``carry``: every leaf of the loop carry (agent state, replay, envs, keys, metric windows)
    after the run's first ``--points`` evaluation points, computed by the run's own code
@@ -49,6 +49,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO))   # benchmarks.lib
 
 from dreamer_parity import params as paramslib  # noqa: E402
 from dreamer_parity import records as recordslib  # noqa: E402
@@ -94,7 +95,7 @@ def train_step_digest(params: dict) -> str:
     import jax
 
     from dreamer_parity.candidate import agent
-    from dreamer_parity.candidate.runtime.bench import synthetic_batch
+    from benchmarks.lib.train_step import synthetic_batch
     from dreamer_parity.candidate.config import AgentConfig
     from dreamer_parity.candidate.runtime.loop import compiler_options
 

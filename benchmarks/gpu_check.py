@@ -80,16 +80,12 @@ OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM when
 
 
 def train_step_lib():
-    """The candidate's train-step benchmark helpers (``synthetic_batch``): the one place
-    that names their module, ``benchmarks/lib/train_step.py`` where the checkout has it,
-    else its earlier place ``dreamer_parity.candidate.runtime.bench``."""
-    if (REPO / "benchmarks" / "lib" / "train_step.py").is_file():
-        if str(REPO) not in sys.path:
-            sys.path.insert(0, str(REPO))
-        from benchmarks.lib import train_step
-        return train_step
-    from dreamer_parity.candidate.runtime import bench
-    return bench
+    """The candidate's train-step benchmark helpers (``synthetic_batch``):
+    ``benchmarks/lib/train_step.py``, imported with the repository root on ``sys.path``."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.lib import train_step
+    return train_step
 
 
 # --------------------------------------------------------------------------- wheels

@@ -8,7 +8,7 @@
 Without ``--loop`` it compiles ``jit(vmap(agent.train_step))`` (plain vmap: with
 ``--seeds`` above 1 this is the batched program, not the run's one-seed-at-a-time loop of
 ``candidate/runtime/seedmap.py``; its per-seed program is what ``--seeds 1`` profiles) on a
-synthetic batch (``candidate.runtime.bench``), runs ``--updates`` blocking updates under
+synthetic batch (``benchmarks/lib/train_step.py``), runs ``--updates`` blocking updates under
 ``jax.profiler.trace`` and sums the XLA:CPU op events of the trace per op name.
 
 With ``--loop`` it profiles the run's own chunk program instead (``loop.build`` with the
@@ -52,12 +52,13 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks.lib
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step  # noqa: E402
-from dreamer_parity.candidate.runtime.bench import synthetic_batch  # noqa: E402
+from benchmarks.lib.train_step import synthetic_batch  # noqa: E402
 from dreamer_parity.candidate.config import AgentConfig  # noqa: E402
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from dreamer_parity.analysis import additions, compare, metrics_out, synthetic
+from dreamer_parity.analysis import additions, compare, metrics_out
+import synthetic  # tests/synthetic.py
 from dreamer_parity.params import validate
 
 C = np.array([300.0, 310.0, 295.0, 305.0, 290.0])

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from dreamer_parity import records, sides
-from dreamer_parity.analysis import checks, load, synthetic
+from dreamer_parity.analysis import checks, load
+import synthetic  # tests/synthetic.py
 from dreamer_parity.params import eval_points, validate
 
 PARAMS = validate({"round": "t", "seeds": [0, 1], "rows": 1200, "eval_every": 400, "eval_episodes": 2,

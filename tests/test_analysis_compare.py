@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from dreamer_parity import records
-from dreamer_parity.analysis import compare, load, metrics_out, stats, synthetic
+from dreamer_parity.analysis import compare, load, metrics_out, stats
+import synthetic  # tests/synthetic.py
 from dreamer_parity.params import validate
 
 RAW = {"round": "t3", "seeds": [0, 1, 2], "rows": 2400, "eval_every": 400, "eval_episodes": 2,

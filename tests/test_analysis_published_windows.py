@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dreamer_parity import schedule
-from dreamer_parity.analysis import published_tables, published_windows, synthetic
+from dreamer_parity.analysis import published_tables, published_windows
+import synthetic  # tests/synthetic.py
 from dreamer_parity.analysis.load import AnalysisError, load_side
 from dreamer_parity.params import validate
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from dreamer_parity import records
-from dreamer_parity.analysis import compare, metrics_out, reference_check, report, synthetic
+from dreamer_parity.analysis import compare, metrics_out, reference_check, report
+import synthetic  # tests/synthetic.py
 from dreamer_parity.analysis.load import load_side
 from dreamer_parity.params import load, smoke_params, validate
 

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from dreamer_parity import records
-from dreamer_parity.analysis import compare, plots, synthetic, windows
+from dreamer_parity.analysis import compare, plots, windows
+import synthetic  # tests/synthetic.py
 from dreamer_parity.params import validate
 
 RAW = {"round": "tw", "seeds": [0, 1, 2], "rows": 2400, "eval_every": 400, "eval_episodes": 2,

@@ -17,7 +17,8 @@ import yaml
 
 from dreamer_parity import params as params_mod
 from dreamer_parity import provenance, records
-from dreamer_parity.analysis import checks, compare, load, published, synthetic
+from dreamer_parity.analysis import checks, compare, load, published
+import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO / "data" / "published"

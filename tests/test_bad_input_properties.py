@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 
 from dreamer_parity import params as params_mod
 from dreamer_parity import records, sides
-from dreamer_parity.analysis import checks, load, published, synthetic
+from dreamer_parity.analysis import checks, load, published
+import synthetic  # tests/synthetic.py
 from dreamer_parity.analysis.load import AnalysisError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -236,23 +236,6 @@ def test_write_back_rows_and_order():
     np.testing.assert_array_equal(new["deter"][3], replay["deter"][3])   # other envs untouched
 
 
-# ---------------------------------------------------------------- HLO FLOP counter
-
-def test_hlo_matmul_flops_counts_loop_trips():
-    from dreamer_parity.candidate.runtime.hlo_cost import matmul_flops
-
-    def f(x, w, w2):
-        def body(i, x):
-            x = jnp.tanh(x @ w)
-            return jax.lax.fori_loop(0, 3, lambda j, y: jnp.tanh(y @ w2), x)
-        return jax.lax.fori_loop(0, 7, body, x) @ jnp.ones((16, 5))
-
-    x, w = jnp.ones((8, 16)), jnp.ones((16, 16))
-    hlo = jax.jit(f).lower(x, w, w * 0.1).compile().as_text()
-    per_dot = 2 * 8 * 16 * 16
-    assert matmul_flops(hlo) == 7 * per_dot + 7 * 3 * per_dot + 2 * 8 * 16 * 5
-
-
 def test_write_back_matches_sequential_numpy():
     rng = np.random.default_rng(5)
     replay = replaylib.init(3, 200, 2, 1)

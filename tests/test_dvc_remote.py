@@ -218,3 +218,28 @@ def test_a_round_kept_in_history_restores_from_a_fresh_clone(fresh_clone, tmp_pa
     for side in ("reference", "candidate"):
         done = json.loads((repo / "results" / side / "s0" / "DONE.json").read_text())
         assert done["status"] == "ok", side
+
+
+def test_final_parameters_stay_out_of_every_output(fresh_clone, tmp_path):
+    """``.dvcignore`` keeps ``results/<side>/s<seed>/params.npz`` out of the outputs: the
+    committed candidate output lists none, and one written into the workspace leaves the
+    stage up to date (so `dvc commit` / `dvc push` never take it into store/)."""
+    repo = copy_of(fresh_clone, tmp_path)
+    run(DVC, "pull", "candidate", cwd=repo)
+    (out,) = locked_outs(repo)["candidate"]
+    h = out["md5"][:-len(".dir")]
+    listing = json.loads((repo / "store" / "files" / "md5" / h[:2] / (h[2:] + ".dir")).read_text())
+    names = {e["relpath"].split("/")[-1] for e in listing}
+    assert "records.jsonl" in names and "params.npz" not in names
+    seed_dir = repo / out["path"] / listing[0]["relpath"].split("/")[0]
+    (seed_dir / "params.npz").write_bytes(b"final parameters of a run made here\n")
+    status = json.loads(run(DVC, "status", "--json", "candidate", cwd=repo).stdout or "{}")
+    assert status == {}
+    assert run(DVC, "check-ignore", seed_dir.relative_to(repo) / "params.npz",
+               cwd=repo, check=False).returncode == 0
+    assert run(DVC, "check-ignore", seed_dir.relative_to(repo) / "records.jsonl",
+               cwd=repo, check=False).returncode == 1
+    # a changed result file is still seen
+    (seed_dir / "timing.json").write_text("{}\n")
+    status = json.loads(run(DVC, "status", "--json", "candidate", cwd=repo).stdout or "{}")
+    assert "candidate" in status

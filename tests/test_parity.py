@@ -1,7 +1,7 @@
 """Parity: the candidate's train step equals the reference's (29eb964), number for number.
 
 Fixtures: tests/fixtures/parity/regime_{a,b}.npz + meta.json, recorded from the reference by
-``make parity-fixtures`` (src/dreamer_parity/parity/make_fixtures.py); the tests never run
+``make parity-fixtures`` (tests/parity/make_fixtures.py); the tests never run
 the reference.  Tolerances (issue): |cand - ref| <= atol + rtol*|ref| element-wise with
 rtol 1e-5, atol 1e-6*max|ref| for losses, metrics, parameters; rtol 1e-4,
 atol 1e-4*max|ref| for gradients and (deviation P2 of docs/DEVIATIONS.md, Parity) optimizer
@@ -19,7 +19,7 @@ import os
 import numpy as np
 import pytest
 
-from dreamer_parity.parity import compare, harness, namemap
+from parity import compare, harness, namemap
 
 pytestmark = pytest.mark.slow
 
@@ -184,7 +184,7 @@ def test_optimizer_decomposition(fx_a, run_a):
     state tolerance against exact arithmetic (worst ratios 3.8 for moments, 1.4 for
     parameters whose update dominates their value, e.g. zero-initialised biases), which is
     why moments are compared at TOL_MOMENT (docs/DEVIATIONS.md, Parity, P2)."""
-    from dreamer_parity.parity import optref
+    from parity import optref
     lr = fx_a.meta["config_overrides"]["opt.lr"]
     names = sorted(k[len("init/param/"):] for k in fx_a if k.startswith("init/param/"))
     cflat = lambda tree, n: namemap.flatten_tree({"params": tree})[namemap.cand_key(n)]
@@ -274,7 +274,7 @@ WM_METRICS = ("vector_loss", "reward_loss", "cont_loss", "dyn_loss", "rep_loss",
 
 
 def _noise(logits, mean):
-    from dreamer_parity.parity import decode
+    from parity import decode
     d = np.asarray(mean, np.float64) - decode.expectation64(logits)
     return float(d.std()), float(np.abs(d).max()), float(d.mean())
 
@@ -295,7 +295,7 @@ def test_regime_b_reference_noise_is_real(fx_b):
     """The reference's pair-sum expectation (jaxutils.py:226-250) under jit: a constant
     offset for zero logits (update 1), per-element noise from update 2 (DIAGNOSIS.txt, D22),
     far above float32 rounding of the same expectation."""
-    from dreamer_parity.parity import decode
+    from parity import decode
     for k in range(STEPS):
         for site in ("imag_rew", "imag_val"):
             lg = fx_b[f"step{k}/twohot/{site}/logits"]
@@ -313,7 +313,7 @@ def test_regime_b_exact_decode_equals_float64(fx_b, run_b_exact):
     """decode: exact -- the candidate's imagined rewards and values in its own train step
     equal the float64 expectation of its own logits to float32 rounding
     (parity/decode.py rounding_bound)."""
-    from dreamer_parity.parity import decode
+    from parity import decode
     for k in range(STEPS):
         for i, site in B_SITES.items():
             lg = run_b_exact[k]["metrics"][f"__twohot{i}/logits"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dreamer_parity.parity import compare, decode, namemap, optref
+from parity import compare, decode, namemap, optref
 
 
 @pytest.mark.parametrize("name,want", [

@@ -136,3 +136,24 @@ def test_runner_command_uses_the_reference_venv_and_compilation_cache(tmp_path):
     assert env["JAX_PLATFORMS"] == "cpu" and env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert env["PYTHONPATH"].split(":")[1] == str(tmp_path / "co")
     assert (Path(env["PYTHONPATH"].split(":")[0]) / "dreamer_parity" / "records.py").exists()
+
+
+def test_runner_reads_back_what_the_launcher_writes(tmp_path):
+    """The launcher's --json object and the runner's parser use the same names
+    (runner.PARAM_ARGS): every value arrives, flags override, other names are refused."""
+    from dreamer_parity.reference import runner
+
+    p = {"profile": "smoke", "rows": 1200, "eval_every": 400, "eval_episodes": 2,
+         "reference": {"decode": "exact", "sampler": "per_run", "source": "run"}}
+    argv, _ = launch.runner_command({"python": "py", "checkout": tmp_path, "jaxcache": tmp_path},
+                                    3, tmp_path / "out", p)
+    a = runner.parse_args(argv[3:])
+    assert [getattr(a, k) for k in runner.PARAM_ARGS] == [
+        3, tmp_path / "out", "smoke", 1200, 400, 2, "exact", "per_run"]
+    assert a.params_subset() == {"profile": "smoke", "rows": 1200, "eval_every": 400,
+                                 "eval_episodes": 2, "decode": "exact", "sampler": "per_run"}
+    b = runner.parse_args(argv[3:] + ["--eval-every", "240", "--decode", "ref"])
+    assert (b.eval_every, b.decode, b.rows) == (240, "ref", 1200)
+    with pytest.raises(SystemExit) as e:
+        runner.parse_args(["--json", json.dumps({**json.loads(argv[4]), "width": 3})])
+    assert e.value.code == 2

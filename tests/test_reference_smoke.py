@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +168,16 @@ def test_the_stock_config_file_and_final_parameters_are_written(smoke_runs):
         assert all(np.isfinite(z[n]).all() for n in names)
         total = sum(z[n].size for n in names if "/opt/" not in n and "slowcritic" not in n)
     assert total > 10_000
+    with zipfile.ZipFile(run_dir / "params.npz") as zf:   # np.savez_compressed
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_stock_initial_checkpoint_is_removed(smoke_runs, seed):
+    run_dir, _ = smoke_runs[seed]
+    files = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+    assert files == ["DONE.json", "episodes.jsonl", "logdir/config.yaml", "logdir/metrics.jsonl",
+                     "params.npz", "records.jsonl", "run.json", "stdout.log", "timing.json"]
 
 
 def test_checkout_is_untouched_after_the_runs(smoke_runs):

@@ -13,7 +13,8 @@ import yaml
 
 from dreamer_parity import params as P
 from dreamer_parity import records, sides
-from dreamer_parity.analysis import checks, compare, synthetic
+from dreamer_parity.analysis import checks, compare
+import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
 ROUND3 = REPO / "data" / "published" / "round3"

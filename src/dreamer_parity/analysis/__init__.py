@@ -24,5 +24,4 @@ Modules (one job each):
                  side): ``windows.json``, ``plots/windows/*.csv``, ``windows.png``
 ``plots_diff``   two rounds' evaluation, S2 and window curves overlaid, offline (vl-convert);
                  rounds by name, directory or revision
-``synthetic``    consistent synthetic runs for tests and the benchmark
 """

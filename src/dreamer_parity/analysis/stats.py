@@ -1,5 +1,6 @@
-"""The pre-registered statistics and the decision rule (PROTOCOL.md 5.2, PREREG2.md,
-PREREG3.md with its amendment), plus two additions that were not pre-registered.
+"""The pre-registered statistics and the decision rule (the study's PROTOCOL.md 5.2 and its
+pre-registrations PREREG2.md and PREREG3.md with its amendment), plus two additions that
+were not pre-registered.
 
 Per seed (arrays are float64, return units = CartPole steps survived, at most 500):
 
@@ -8,7 +9,7 @@ Per seed (arrays are float64, return units = CartPole steps survived, at most 50
   ``min(10, k)`` episodes with ``row_last <= N / 16`` (completion order), averaged over
   envs; NaN while any env has none (PROTOCOL.md 5.2).
 * **LATE**: mean evaluation over the evaluation points in ``stats.late_rows``
-  (PREREG3.md).
+  (the study's PREREG3.md).
 
 Over seeds (:func:`decide`): ``A`` = mean over candidate seeds, ``[lo, hi]`` = [min, max]
 over reference seeds, ``LEARNS = A >= lo``, ``WITHIN_RANGE = lo <= A <= hi``, Welch's
@@ -338,7 +339,7 @@ def concordance(ref_mat: np.ndarray, cand_mat: np.ndarray, points: list[int], go
       ``{"at": {row: {"reference": int, "candidate": int}}, "n": {side: seeds},
       "rate": {side: float | None}, "rate_points": int, "reason": str | None}``;
       the rate is the fraction of all (seed, point) evaluations in range that reach
-      ``good`` (PREREG3.md).
+      ``good`` (the study's PREREG3.md).
     """
     pts = list(points)
     rows = sorted(set(at_rows) | {pts[-1]})
@@ -361,7 +362,7 @@ def concordance(ref_mat: np.ndarray, cand_mat: np.ndarray, points: list[int], go
 
 def round3_reading(conc: dict, late: dict | None, last_row: int, share: float = 0.8,
                    max_rate: float = 0.4, alpha: float = 0.05) -> dict:
-    """PREREG3.md's reading (with its amendment), made operational.
+    """The reading of the study's PREREG3.md (with its amendment), made operational.
 
     * H1: at least ``share`` of the reference runs (4 of 5; generalised to 80% of any
       number of runs, rounded up) score >= good at the last row, and the reference's

@@ -38,11 +38,10 @@ sg = jax.lax.stop_gradient
 
 #: Optional XLA:CPU compiler options for jitting the train step on CPU (jax 0.10.2):
 #: ``jax.jit(f, compiler_options=XLA_CPU_OPTIONS)``.  They turn off the YNNPACK fusions, which
-#: fold matmuls together with softmax/SiLU chains and ran the imagination loop ~10-30% slower
-#: in CPU time on the 2-core machine (noisy, shared), and compile with LLVM -O1: the run's
-#: chunk program for 3 seeds compiled in 25.8 s instead of 31.4 s (no compilation cache) and
-#: ran 0.487 s per seed-update against 0.566 s at the default -O2 (docs/PERFORMANCE.md).  CPU only; do not
-#: pass them on GPU.
+#: fold matmuls together with softmax/SiLU chains and ran the imagination loop slower, and
+#: compile with LLVM -O1, which both compiles and runs the run's chunk program faster than
+#: the default -O2 (docs/PERFORMANCE.md, "Levers measured").  CPU only; do not pass them on
+#: GPU.
 XLA_CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_backend_optimization_level": 1}
 treemap = jax.tree_util.tree_map
 
@@ -360,7 +359,7 @@ def train_step(cfg: AgentConfig, state, batch, key=None, draws=None, internals: 
         Imagination row r = b*T + t starts from the posterior of window b, trained row t.
     Returns (new state, outs, metrics): outs {"deter": f32[B,T,D], "stoch": i32[B,T,S]} are the
     posterior latents of the trained rows (replay write-back); metrics dict of f32 scalars
-    under the reference's names (module doc of CANDIDATE_API.md).
+    under the reference's metric names (as its train step reports them).
     internals (static, default False): outs also holds "grads" (raw gradient pytree, the
     input of AGC), "imag_rew"/"imag_val" f32[H+1,B*T] (row 0 of imag_rew = replay reward),
     "imag_rew_logits" f32[H,B*T,bins], "imag_val_logits" f32[H+1,B*T,bins], and

@@ -250,9 +250,9 @@ def encode(x, b):
     clipped to [0, n-1]; equal indices give weights 0.5/0.5 on the same bin.  The count
     #(b <= x) is :func:`count_le` (above = #(b <= x) for every non-NaN x), and NaN keeps
     the reference's indices (below 0, above n-1).  Earlier forms gave the same integers
-    and were slower: an unrolled binary search, which XLA copied into each of the ~95
-    fusions that read the indices, and the n-wide comparison summed, one (n, ...) pass of
-    ~11 ms per update at the full profile (docs/PERFORMANCE.md).
+    and were slower: an unrolled binary search, which XLA copied into each of the fusions
+    that read the indices, and the n-wide comparison summed, one (n, ...) pass per call
+    (docs/PERFORMANCE.md, "Levers measured").
     """
     n = b.shape[0]
     count = count_le(x, b)

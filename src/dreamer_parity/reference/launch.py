@@ -42,6 +42,7 @@ from pathlib import Path
 from dreamer_parity import params as params_mod
 from dreamer_parity import sides
 from dreamer_parity import provenance, records
+from dreamer_parity.reference import runner
 from dreamer_parity.reference import setup as ref_setup
 
 __all__ = ["LaunchError", "parse_seed", "prepare_out_dir", "runner_command", "main",
@@ -120,9 +121,7 @@ def runner_command(info: dict, seed: int, out: Path, p: dict) -> tuple[list[str]
     Returns:
       ``(argv, env)``.
     """
-    args = {"seed": seed, "out": str(out), "profile": p["profile"], "rows": p["rows"],
-            "eval_every": p["eval_every"], "eval_episodes": p["eval_episodes"],
-            "decode": p["reference"]["decode"], "sampler": p["reference"]["sampler"]}
+    args = runner.arguments(seed, out, p)
     src = Path(__file__).resolve().parents[2]
     env = dict(os.environ)
     for k in ("PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"):

@@ -35,9 +35,12 @@ stock ``JAXAgent.train`` returns the metrics of the previous call, ``jaxagent.py
 evaluation of PROTOCOL.md 4.2 (:func:`Instrument.evaluate`).
 
 Outputs in ``out``: ``run.json`` (written first), ``records.jsonl`` (rewritten at every
-record), ``episodes.jsonl``, ``timing.json``, ``params.npz`` (final agent parameters, keys
-as ``agent.params``), ``logdir/`` (the stock ``config.yaml``, ``metrics.jsonl``, initial
-``checkpoint.ckpt``), and ``DONE.json`` last.  A run that raises writes
+record), ``episodes.jsonl``, ``timing.json``, ``params.npz`` (final agent parameters,
+compressed, keys as ``agent.params``), ``logdir/`` (the stock ``config.yaml`` and
+``metrics.jsonl``), and ``DONE.json`` last.  The stock loop also saves an initial
+checkpoint, ``logdir/checkpoint.ckpt``, before its first step (``train.py:94-101``); the
+runner deletes it once the loop has ended, since nothing can resume from it (deviation D6)
+and the final parameters are in ``params.npz``.  A run that raises writes
 ``DONE.json`` with status ``failed`` and exits 1.  Progress goes to stderr.
 """
 
@@ -61,8 +64,9 @@ from dreamer_parity import provenance, records, schedule
 from dreamer_parity.cartpole_port import make_embodied_env
 from dreamer_parity.reference import patches
 
-__all__ = ["overrides", "RunArgs", "parse_args", "Instrument", "AgentProxy", "run", "main",
-           "EVAL_ENTROPY", "EVAL_SEED_ENTROPY", "MAX_EVAL_STEPS"]
+__all__ = ["overrides", "PARAM_ARGS", "RUN_PARAMS", "REFERENCE_PARAMS", "arguments", "RunArgs",
+           "parse_args", "Instrument", "AgentProxy", "run", "main", "EVAL_ENTROPY",
+           "EVAL_SEED_ENTROPY", "MAX_EVAL_STEPS"]
 
 #: Entropy of evaluation env i's resets: ``[seed, EVAL_ENTROPY, i]`` (PROTOCOL.md 4.2).
 EVAL_ENTROPY = 7_000_001
@@ -70,6 +74,8 @@ EVAL_ENTROPY = 7_000_001
 EVAL_SEED_ENTROPY = 1_000_000
 MAX_EVAL_STEPS = 500
 LOGDIR = "logdir"
+#: The stock initial checkpoint in :data:`LOGDIR`, deleted when the loop has ended.
+STOCK_CHECKPOINT = "checkpoint.ckpt"
 
 
 def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR) -> dict:
@@ -97,23 +103,50 @@ def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR) -> dict:
     }
 
 
-class RunArgs:
-    """Validated runner arguments (see :func:`parse_args`)."""
+#: The runner's arguments: the keys of ``--json`` and, with ``-`` for ``_``, its flags
+#: (``--eval-every``).  Every other list of them is derived from this one.
+PARAM_ARGS = ("seed", "out", "profile", "rows", "eval_every", "eval_episodes", "decode",
+              "sampler")
+#: The arguments that are run parameters (params.yaml keys; all but ``seed`` and ``out``).
+RUN_PARAMS = PARAM_ARGS[2:]
+#: The run parameters that params.yaml nests under ``reference``.
+REFERENCE_PARAMS = ("decode", "sampler")
 
-    def __init__(self, seed, out, profile, rows, eval_every, eval_episodes, decode, sampler):
-        self.seed = seed
-        self.out = out
-        self.profile = profile
-        self.rows = rows
-        self.eval_every = eval_every
-        self.eval_episodes = eval_episodes
-        self.decode = decode
-        self.sampler = sampler
+
+def arguments(seed: int, out, p: dict) -> dict:
+    """The runner's ``--json`` object for one seed of validated params ``p``.
+
+    Args:
+      seed: run seed.
+      out: output directory (written as a string).
+      p: params validated by :func:`dreamer_parity.params.validate` (``reference.*`` nested).
+
+    Returns:
+      ``{name: value}`` with the keys :data:`PARAM_ARGS`, in that order.
+    """
+    values = {"seed": seed, "out": str(out)}
+    for k in RUN_PARAMS:
+        values[k] = p["reference"][k] if k in REFERENCE_PARAMS else p[k]
+    return values
+
+
+class RunArgs:
+    """Validated runner arguments (see :func:`parse_args`): one attribute per name of
+    :data:`PARAM_ARGS` (``out`` a :class:`~pathlib.Path`).
+
+    Raises:
+      TypeError: a name of :data:`PARAM_ARGS` missing, or another name given.
+    """
+
+    def __init__(self, **values):
+        if set(values) != set(PARAM_ARGS):
+            raise TypeError(f"RunArgs needs exactly {list(PARAM_ARGS)}, got {sorted(values)}")
+        for k in PARAM_ARGS:
+            setattr(self, k, values[k])
 
     def params_subset(self) -> dict:
-        return {"profile": self.profile, "rows": self.rows, "eval_every": self.eval_every,
-                "eval_episodes": self.eval_episodes, "decode": self.decode,
-                "sampler": self.sampler}
+        """``{name: value}`` of the run parameters (:data:`RUN_PARAMS`)."""
+        return {k: getattr(self, k) for k in RUN_PARAMS}
 
 
 def parse_args(argv=None) -> RunArgs:
@@ -126,20 +159,17 @@ def parse_args(argv=None) -> RunArgs:
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default=None, help="all arguments as one JSON object")
-    for name in ("seed", "out", "profile", "rows", "eval-every", "eval-episodes", "decode",
-                 "sampler"):
-        ap.add_argument(f"--{name}", default=None)
+    for name in PARAM_ARGS:
+        ap.add_argument("--" + name.replace("_", "-"), default=None)
     a = ap.parse_args(argv)
     raw = json.loads(a.json) if a.json else {}
     if not isinstance(raw, dict):
         ap.error("--json must be a JSON object")
-    for name in ("seed", "out", "profile", "rows", "eval_every", "eval_episodes", "decode",
-                 "sampler"):
+    for name in PARAM_ARGS:
         v = getattr(a, name)
         if v is not None:
             raw[name] = v
-    unknown = set(raw) - {"seed", "out", "profile", "rows", "eval_every", "eval_episodes",
-                          "decode", "sampler"}
+    unknown = set(raw) - set(PARAM_ARGS)
     if unknown:
         ap.error(f"unknown argument(s) {sorted(unknown)}")
     if "out" not in raw or not raw["out"]:
@@ -149,9 +179,8 @@ def parse_args(argv=None) -> RunArgs:
         seed = params_mod._coerce_int("seed", seed)
         if seed < 0:
             raise params_mod.ParamsError("seed", f"must be a non-negative integer, got {seed}")
-        nested = {k: raw[k] for k in ("profile", "rows", "eval_every", "eval_episodes")
-                  if k in raw}
-        nested["reference"] = {k: raw[k] for k in ("decode", "sampler") if k in raw}
+        nested = {k: raw[k] for k in RUN_PARAMS if k in raw and k not in REFERENCE_PARAMS}
+        nested["reference"] = {k: raw[k] for k in REFERENCE_PARAMS if k in raw}
         # Only the run's own keys matter here; the statistics keys are set consistent.
         last = params_mod._coerce_int("rows", raw.get("rows", params_mod.SCHEMA["rows"].default))
         nested["stats"] = {"s1_rows": [last], "concordance_rows": [last],
@@ -159,8 +188,7 @@ def parse_args(argv=None) -> RunArgs:
         p = params_mod.validate(nested, where="runner arguments")
     except params_mod.ParamsError as e:
         ap.error(str(e))
-    return RunArgs(seed, Path(raw["out"]), p["profile"], p["rows"], p["eval_every"],
-                   p["eval_episodes"], p["reference"]["decode"], p["reference"]["sampler"])
+    return RunArgs(**{**arguments(seed, raw["out"], p), "out": Path(raw["out"])})
 
 
 def _to_plain(x):
@@ -488,10 +516,16 @@ def _save_params(path: Path, agent) -> None:
         for keypath, leaf in leaves:
             arrays[name + jax.tree_util.keystr(keypath)] = np.asarray(leaf)
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez_compressed(buf, **arrays)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(buf.getvalue())
     os.replace(tmp, path)
+
+
+def _remove_stock_checkpoint(logdir: Path) -> None:
+    """Delete :data:`STOCK_CHECKPOINT` (and its ``.tmp``) from ``logdir`` if present."""
+    for name in (STOCK_CHECKPOINT, STOCK_CHECKPOINT + ".tmp"):
+        (logdir / name).unlink(missing_ok=True)
 
 
 def run(args: RunArgs) -> int:
@@ -578,6 +612,7 @@ def run(args: RunArgs) -> int:
     finally:
         embodied.Driver = stock_driver
     loop_s = time.time() - t0
+    _remove_stock_checkpoint(out / LOGDIR)
     inst.write_episodes()
     if inst.agent is not None:
         try:

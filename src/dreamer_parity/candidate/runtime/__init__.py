@@ -10,11 +10,9 @@ Training (the ``candidate`` stage):
 * :mod:`.recording`  records, episodes and S2 built on the host
 * :mod:`.checkpoint` resumable checkpoints in the per-user cache
 
-Compilation and measurement:
+Compilation:
 
 * :mod:`.program_store` the run's programs exported once and reloaded
 * :mod:`.seedmesh`   one host device per seed on CPU
 * :mod:`.seedmap`    vmap over seeds, batched or one seed at a time
-* :mod:`.hlo_cost`   matmul FLOPs counted from optimised HLO
-* :mod:`.bench`      the train step's compile and per-update time
 """

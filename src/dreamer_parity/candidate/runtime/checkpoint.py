@@ -1,9 +1,9 @@
 """Resumable checkpoints of a candidate run, kept outside the stage's DVC outputs.
 
-A checkpoint is one ``.npz`` file holding every leaf of the (seed-vmapped) loop carry
-plus the host state (records, episodes, failures, next chunk) as JSON bytes.  It is
-written atomically (temporary file + rename), so a killed run leaves either the previous
-checkpoint or the new one.
+A checkpoint is one ``.npz`` file holding every leaf of the loop carry (each with a
+leading seed axis) plus the host state (records, episodes, failures, next chunk) as JSON
+bytes.  It is written atomically (temporary file + rename), so a killed run leaves either
+the previous checkpoint or the new one.
 
 Its directory is ``<work_dir>/<key>/``; the default ``work_dir`` is :func:`default_root`,
 a per-user cache outside the repository, so that a run started from one checkout is

@@ -1,4 +1,4 @@
-"""The candidate's synchronous training loop: all seeds in one vmapped, jitted program.
+"""The candidate's synchronous training loop: all seeds in one jitted program.
 
 Per seed the loop state (the *carry*) holds the agent's train state, the policy carry,
 16 gymnax envs and their current rows, the replay, the PRNG key, running episode sums,
@@ -16,10 +16,13 @@ One vector step (PROTOCOL.md 2.1, ALGORITHM.md 16, deviation D3):
    samples 16 windows (online queue first, then uniform), trains, writes the posteriors
    back and adds the metrics to the window.
 
-:func:`build` returns the jitted, seed-vmapped functions ``init``, ``chunk`` (a
+:func:`build` returns the jitted functions ``init``, ``chunk`` (a
 ``lax.scan`` of vector steps) and ``point`` (evaluation, health check and the metric
-window read-out, which resets the window).  Carry buffers are donated; chunk shapes are
-fixed, so nothing recompiles between chunks.
+window read-out, which resets the window), each mapped over the seeds by
+:func:`.seedmap.over_seeds`: ``jax.vmap`` over the seed axis when a program holds several
+seeds (one device), the one-seed function itself, without ``vmap``, when it holds one
+(a one-seed run, or each device of a :mod:`.seedmesh` mesh, the layout on CPU).  Carry
+buffers are donated; chunk shapes are fixed, so nothing recompiles between chunks.
 """
 
 from __future__ import annotations
@@ -259,10 +262,10 @@ def compiler_options(agent) -> dict | None:
     return dict(opts) if opts and jax.default_backend() == "cpu" else None
 
 
-#: XLA:CPU options of the ``init`` program: LLVM -O0.  It runs once per run (0.2 s at the
-#: full profile for 3 seeds) but costs 8 s to compile at the default level against 2.6 s
-#: here (docs/PERFORMANCE.md); its values differ from an -O2 build by float32 rounding of
-#: the truncated-normal transform only (max 2.4e-7).
+#: XLA:CPU options of the ``init`` program: LLVM -O0.  It runs once per run, and compiles
+#: much faster at -O0 than at the default level (docs/PERFORMANCE.md, "Levers measured");
+#: its values differ from an -O2 build by float32 rounding of the truncated-normal
+#: transform only.
 INIT_CPU_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
@@ -311,11 +314,11 @@ def resolve_seed_batch(seed_batch="auto") -> int | None:
 
 def build(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
           s: Schedule = Schedule(), seed_batch="auto", mesh=None) -> Programs:
-    """Build the jitted, seed-vmapped programs of a run.
+    """Build the jitted programs of a run, mapped over seeds (:func:`seed_programs`).
 
     Args:
       agent: the agent module (``init``, ``initial_carry``, ``policy_step``,
-        ``train_step``; CANDIDATE_API).
+        ``train_step``; docs/CANDIDATE_AGENT.md).
       cfg: its config (``deter``, ``stoch``, ``obs_dim``, ``num_actions`` are read).
       capacity: replay rows per env (``rows / num_envs`` of the run).
       chunk_steps: vector steps per ``chunk`` call (static).

@@ -1,9 +1,10 @@
 """The run's three programs, exported once and reloaded: a warm start does not trace again.
 
 Tracing the agent and lowering the chunk program (the train step inside a scan of vector
-steps, vmapped over seeds) costs 7-16 s of Python at the full profile on the 2-core
-machines measured (docs/PERFORMANCE.md), more than loading its compiled executable from JAX's persistent compilation cache
-(about 4 s).  :func:`load_or_build` therefore exports ``init``, ``chunk`` and ``point``
+steps, mapped over seeds by :func:`.seedmap.over_seeds`) is Python work that JAX's
+persistent compilation cache does not save, and at the full profile it takes longer than
+loading the compiled executable from that cache (docs/PERFORMANCE.md, "Current figures":
+the cold compile's program part against the warm compile).  :func:`load_or_build` therefore exports ``init``, ``chunk`` and ``point``
 with :mod:`jax.export` (serialised StableHLO) the first time, keeps them under
 ``<root>/<key>/`` and later deserialises them.  Wrapped in ``jax.jit`` with the loop's
 donation and compiler options they lower in well under a second, and their XLA compile is
@@ -289,9 +290,9 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
 def compile_all(progs, example_keys, carry_shape) -> looplib.Programs:
     """Lower the three programs of ``progs`` and XLA-compile them at the same time.
 
-    XLA:CPU compiles the chunk program on about 1.6 of the 2 cores of the machines
-    measured; compiling ``init`` and ``point`` in threads beside it took the XLA part of
-    the full profile's cold compile from 38.3 to 35.2-35.9 s (docs/PERFORMANCE.md).
+    XLA:CPU compiles the chunk program mostly on one thread, so compiling ``init`` and
+    ``point`` in threads beside it shortens a cold compile (docs/PERFORMANCE.md, "Levers
+    measured").
     Lowering runs first, in the calling thread (for a program from :func:`load_or_build`
     it traces only the wrapper around the exported module, not the agent).
 

@@ -6,9 +6,11 @@ Command line (the DVC stage)::
         [--work-dir DIR]
 
 The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
-is imported or compiled.  All seeds run in one vmapped, jitted program
-(:mod:`dreamer_parity.candidate.runtime.loop`); on CPU the command asks XLA for one host device per
-seed and the program runs each seed on its own device (:mod:`.seedmesh`).  At every evaluation point the records are built
+is imported or compiled.  All seeds run in one jitted program
+(:mod:`dreamer_parity.candidate.runtime.loop`).  On CPU the command asks XLA for one host
+device per seed and the program runs each seed's one-seed program, without ``vmap``, on its
+own device (:mod:`.seedmesh`); where the seeds share one device (one host device, or a GPU)
+the program is ``vmap``ped over them (:mod:`.seedmap`).  At every evaluation point the records are built
 on the host and a checkpoint is written to ``<work-dir>/<key>/`` (default: the per-user
 cache ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs``, or
 ``$DREAMER_PARITY_WORK_DIR``; :mod:`dreamer_parity.candidate.runtime.checkpoint`); a killed run started again with the same

@@ -6,10 +6,8 @@ with ``jax.vmap``, or, when the axis has size 1 (each device of the seed mesh,
 
 Several seeds in one program are ``jax.vmap``ped.  By default ``vmap`` turns
 every matmul of the train step into a batched matmul over the seed axis.  XLA:CPU runs those
-less efficiently than the same matmuls one seed at a time: on the 2-core machine the train
-step of 3 seeds took 3.52 s batched against 2.98 s one seed after another (measured side by
-side under load; 0.52 s for one seed alone on the idle machine; docs/PERFORMANCE.md).  On a
-GPU, batching is what makes many seeds cheap.
+less efficiently than the same matmuls one seed at a time (docs/PERFORMANCE.md, "Levers
+measured").  On a GPU, batching is what makes many seeds cheap.
 
 :func:`per_seed` wraps a function with a custom batching rule
 (``jax.custom_batching.custom_vmap``).  Under the seed vmap it runs
@@ -17,8 +15,7 @@ GPU, batching is what makes many seeds cheap.
 seeds, vmapped inside each group.  ``seed_batch=None`` keeps plain ``vmap``.  Called
 without vmap, the wrapped function is ``fn`` itself.  With ``seed_batch=1`` each seed runs
 the unbatched program; the results agree with the vmapped program's to float32 rounding
-(tests/test_candidate_seedmap.py; the full-size parameters after one update were bitwise
-equal when measured, docs/PERFORMANCE.md).
+(tests/test_candidate_seedmap.py; docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -103,12 +100,9 @@ def over_seeds(fn, in_axes=0):
       seed axis (one seed per program: the per-device program of
       :mod:`.seedmesh`, or a one-seed run), the axis is squeezed, ``fn`` is called once
       and every output gets a leading axis of size 1; otherwise the outputs of
-      ``jax.vmap``, batched along axis 0.  A size-1 ``vmap`` makes every op a batched op of
-      batch 1 and, with :func:`per_seed`, wraps the train step in a one-trip loop.  At the
-      full profile on the 2-core machine (3 seeds, one per device) the unbatched chunk
-      program compiled in 35.4 s against 45.9 s for the size-1 ``vmap`` with that loop, and
-      ran 0.420 against 0.445 s per seed-update (one process, alternated;
-      docs/PERFORMANCE.md).
+      ``jax.vmap``, batched along axis 0.  A size-1 ``vmap`` would make every op a batched
+      op of batch 1 and, with :func:`per_seed`, wrap the train step in a one-trip loop; the
+      unbatched program compiles faster (docs/PERFORMANCE.md, "Levers measured").
 
     Raises:
       ValueError: ``in_axes`` is a tuple whose length differs from the argument count

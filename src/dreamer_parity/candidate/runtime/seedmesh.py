@@ -6,9 +6,7 @@ fusions), so a single device leaves much of the second core idle.  XLA:CPU can e
 the host as several devices (``--xla_force_host_platform_device_count``); each device
 executes its own program on its own thread and all of them share the host's intra-op
 thread pool.  With one device per seed, the seeds' programs run concurrently and the
-operating system keeps both cores busy: 3 seeds on the 2-core machine took 0.382-0.388 s
-per seed-update on 3 devices against 0.467-0.511 s on one (in one process, chunks
-alternated; docs/PERFORMANCE.md).
+operating system keeps the cores busy (docs/PERFORMANCE.md, "Levers measured").
 
 :func:`seed_mesh` gives the mesh (axis :data:`AXIS`, one device per seed), or None where
 it does not apply: another backend (a GPU batches the seeds instead, :mod:`.seedmap`), one
@@ -18,10 +16,7 @@ the run's functions mapped over seeds in ``jax.shard_map`` over that mesh: each 
 the program of its own seed (the plain one-seed program, :func:`.seedmap.over_seeds`), and
 no data moves between devices.  The numbers are those of a one-seed program, which XLA
 compiles with other fusion and rounding choices than the one-device program of several
-seeds: after 81 vector steps at the full profile the parameters of the two differed by at
-most 6.7e-4 (float32 rounding, amplified by training; measured when each device still ran
-a size-1 vmap, whose parameters differ from the plain one-seed program's by at most 5.9e-5).
-The figures above are of that size-1 vmap too (docs/PERFORMANCE.md).
+seeds, so the two differ by float32 rounding, amplified by training (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

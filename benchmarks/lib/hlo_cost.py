@@ -1,7 +1,7 @@
 """Matmul FLOPs of a compiled XLA program, counted from its optimized HLO text.
 
 XLA's ``cost_analysis()`` counts a ``while`` body once and gives oneDNN custom calls zero
-FLOPs (``../shared/notes/PERF_REFERENCE.md`` section 1a).  :func:`matmul_flops` walks the
+FLOPs.  :func:`matmul_flops` walks the
 optimized HLO instead: every ``dot`` (``2 * prod(output) * prod(contracted lhs dims)``),
 every ``convolution`` (``2 * prod(output) * prod(kernel) / output features``), every
 ``__onednn$matmul`` custom call (``2 * prod(output) * K``), recursing into fusions, calls

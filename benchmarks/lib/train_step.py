@@ -1,7 +1,7 @@
 """Time one candidate train step (compile and per-update wall time, block_until_ready).
 
-    python -m dreamer_parity.candidate.runtime.bench [--profile full] [--seeds 1 3] [--updates 5]
-                                             [--batch 16] [--length 65]
+    python benchmarks/lib/train_step.py [--profile full] [--seeds 1 3] [--updates 5]
+                                        [--batch 16] [--length 65]
 
 Prints one line per seed count: compile seconds, median wall seconds per update and per
 seed-update, and the median process CPU seconds per update (all threads; a figure less
@@ -20,8 +20,8 @@ from functools import partial
 import jax
 import numpy as np
 
-from ..agent import XLA_CPU_OPTIONS, init, train_step
-from ..config import AgentConfig
+from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step
+from dreamer_parity.candidate.config import AgentConfig
 
 
 def synthetic_batch(cfg: AgentConfig, batch: int, length: int, seed: int = 0) -> dict:

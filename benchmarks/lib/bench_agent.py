@@ -11,7 +11,8 @@ each call.  Prints one line ``BENCH {json}``: ``build_compile_s``, ``s_per_updat
 
 Command line::
 
-    python -m dreamer_parity.reference.bench_agent --profile full --updates 10 --warmup 2
+    PYTHONPATH=<repo>/src:<checkout> <refvenv>/bin/python benchmarks/lib/bench_agent.py \\
+        --profile full --updates 10 --warmup 2
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Regenerate the parity fixtures: ``python -m dreamer_parity.parity.regen`` (main venv).
+"""Regenerate the parity fixtures: ``python tests/parity/regen.py`` (main venv; ``make parity-fixtures``).
 
-Launches :mod:`dreamer_parity.parity.make_fixtures` under the reference venv with the
+Launches ``tests/parity/make_fixtures.py`` (as a script) under the reference venv with the
 reference checkout and this repository's ``src`` on PYTHONPATH, CPU JAX and the reference's
 persistent compilation cache (locations from :mod:`dreamer_parity.reference.setup`:
 ``$DREAMER_PARITY_REF_ROOT`` or ``~/.cache/dreamer-parity``).  Writes
@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
+MAKE_FIXTURES = Path(__file__).resolve().with_name("make_fixtures.py")
 
 
 def main(argv=None) -> int:
@@ -38,8 +39,7 @@ def main(argv=None) -> int:
         "JAX_COMPILATION_CACHE_DIR": str(paths["jaxcache"]),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     })
-    cmd = [str(paths["python"]), "-m", "dreamer_parity.parity.make_fixtures",
-           "--out", args.out, "--regime", args.regime]
+    cmd = [str(paths["python"]), str(MAKE_FIXTURES), "--out", args.out, "--regime", args.regime]
     return subprocess.call(cmd, env=env, cwd=str(REPO))
 
 

@@ -1,10 +1,10 @@
 """Record the reference's train step for the parity tests (runs under the REFERENCE venv).
 
-Usage (normally through ``python -m dreamer_parity.parity.regen`` from the main venv, which
-sets the paths and launches the reference interpreter)::
+Usage (normally through ``make parity-fixtures``, i.e. ``python tests/parity/regen.py`` from
+the main venv, which sets the paths and launches the reference interpreter)::
 
     PYTHONPATH=<checkout>:<repo>/src JAX_PLATFORMS=cpu \\
-        <refvenv>/bin/python -m dreamer_parity.parity.make_fixtures --out tests/fixtures/parity
+        <refvenv>/bin/python tests/parity/make_fixtures.py --out tests/fixtures/parity
 
 What it does: builds ``dreamerv3.Agent`` (danijar/dreamerv3 at 29eb964, the checkout on
 ``sys.path``) with the protocol's config overrides (PROTOCOL.md section 1: float32, CPU) at

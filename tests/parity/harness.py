@@ -1,14 +1,14 @@
 """Run the candidate on a recorded reference fixture and compare it step by step (main venv).
 
 The fixture (``tests/fixtures/parity/regime_<a|b>.npz`` + ``meta.json``, written by
-:mod:`dreamer_parity.parity.make_fixtures` under the reference venv) holds the reference's
+``tests/parity/make_fixtures.py`` under the reference venv) holds the reference's
 initial state, three replay batches with every random draw of each train step, and each
 step's losses, metrics, gradients, optimizer moments, updated parameters, slow critic and
 return normaliser.  This module turns it into candidate inputs (:func:`initial_state`,
 :func:`batch`, :func:`draws`), runs ``candidate.agent.train_step`` (:func:`run_steps`) and
 compares (:func:`compare_step`).  Layout conversions:
 
-* parameters: :mod:`dreamer_parity.parity.namemap` (padding column dropped);
+* parameters: :mod:`parity.namemap` (padding column dropped);
 * draws: reference ``start_action`` [B*T, A] and ``imag_action`` [H, B*T, A] are stacked to
   the candidate's ``imag_action`` [H+1, B*T, A]; ``post`` and ``imag_stoch`` are used as is;
 * optimizer moments: the candidate's ``opt_state[1].nu`` / ``opt_state[2].mu``
@@ -30,7 +30,7 @@ from .compare import TOL_GRAD, TOL_MOMENT, TOL_STATE, check, check_param
 __all__ = ["FIXTURE_DIR", "load", "candidate_config", "initial_state", "batch", "draws",
            "run_steps", "compare_step", "SKIPPED_METRICS"]
 
-FIXTURE_DIR = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "parity"
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "parity"
 
 #: Reference metrics the candidate does not produce, by design (docs/CANDIDATE_AGENT.md): the
 #: subsample histograms, balance statistics of the reward and continue heads, and the
@@ -54,7 +54,7 @@ def load(regime: str, directory=None) -> Fixture:
     if not path.exists() or not (d / "meta.json").exists():
         raise FileNotFoundError(
             f"{path} (or meta.json) missing; regenerate with `make parity-fixtures` "
-            "(python -m dreamer_parity.parity.regen)")
+            "(python tests/parity/regen.py)")
     with np.load(path) as z:
         fx = Fixture({k: z[k] for k in z.files})
     fx.meta = json.loads((d / "meta.json").read_text())
@@ -124,8 +124,8 @@ def draws(fx, step):
 @contextlib.contextmanager
 def capture_grads():
     """While active, ``candidate.optim.apply`` also returns the raw gradients it receives
-    under the metric key ``"__grads__"`` (a thin wrapper until the agent exposes them,
-    PARITY_REQUESTS.md request 1).  Takes effect in functions traced inside the block."""
+    under the metric key ``"__grads__"`` (a test-only wrapper; ``agent.train_step``'s
+    ``internals`` returns them too).  Takes effect in functions traced inside the block."""
     from dreamer_parity.candidate import optim
     orig = optim.apply
 
@@ -268,8 +268,8 @@ def capture_twohot():
     """While active (at trace time), every ``candidate.twohot.mean`` call inside the
     candidate's loss is returned through the metrics as ``"__twohot<i>/logits"`` and
     ``"__twohot<i>/mean"`` (i in call order: 0 imagined reward, 1 value, 2 slow value,
-    3 replay slow value; candidate/agent.py ``_loss``).  Thin test wrapper until the agent
-    exposes its internals (PARITY_REQUESTS.md request 1)."""
+    3 replay slow value; candidate/agent.py ``_loss``).  A test-only wrapper; it also
+    captures the replay slow value, which ``agent.train_step``'s ``internals`` leaves out."""
     from dreamer_parity.candidate import agent, twohot
     captured = []
     orig_mean, orig_stats = twohot.mean, agent._tensorstats
