@@ -24,7 +24,9 @@ import pytest
 
 from dreamer_parity import params as params_mod
 from dreamer_parity import records
-from dreamer_parity.analysis import metrics_out, synthetic
+from dreamer_parity.analysis import metrics_out
+
+import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
 ROUND3 = REPO / "data" / "published" / "round3"
@@ -185,7 +187,7 @@ def test_source_through_a_symlink_leading_out_is_refused(repo, tmp_path):
     changed = _edit_params(repo, lambda t: t.replace("source: data/published/round3",
                                                      "source: data/elsewhere"))
     for cmd in ("compare", "preflight"):
-        _refused(repo, changed, "params: reference.source: 'data/elsewhere' leads outside",
+        _refused(repo, changed, "params: reference.source: 'data/elsewhere' resolves outside",
                  cmd=cmd)
 
 

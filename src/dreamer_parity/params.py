@@ -503,9 +503,9 @@ def repo_path(key: str, value, root: str | os.PathLike | None = ".") -> Path:
         raise ParamsError(key, f"{quote(value)} cannot be resolved ({type(e).__name__})") \
             from None
     if full != base and base not in full.parents:
-        raise ParamsError(key, f"{quote(value)} leads outside the repository through a "
-                               f"symbolic link; paths resolve inside it (DVC tracks nothing "
-                               f"outside)")
+        raise ParamsError(key, f"{quote(value)} resolves outside the repository through a "
+                               f"symbolic link; name a directory inside it (DVC tracks "
+                               f"nothing outside)")
     return Path(root) / value
 
 

@@ -598,8 +598,9 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
     The one place that decides whether a run of this schema is the run it claims to be:
 
     * ``run.json`` ``side`` (when recorded) is ``made_by``, the implementation that made
-      the run (a run judged by what produced it, not by the side it stands on), and its
-      ``seed`` (when recorded) is the directory's;
+      the run (a run judged by what produced it, not by the side it stands on), every
+      record of ``records.jsonl`` has that side, and ``run.json`` ``seed`` (when
+      recorded) is the directory's;
     * ``DONE.json`` names this run (:func:`done_agrees`), or is a legacy marker;
     * with ``params``: no protocol parameter recorded in ``run.json`` differs from the
       round's (:func:`protocol_disagreements`; parameters recorded nowhere are the
@@ -635,6 +636,11 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
     if info.get("seed", seed) != seed:
         raise RecordError(f"{run_path}: seed {str(info['seed'])[:40]}, expected {seed}: the run "
                           f"directory holds another seed's run")
+    other = [r["side"] for r in data["records"] if r.get("side") != info.get("side", made_by)]
+    if other:
+        raise RecordError(f"{run_path}: side {str(info.get('side', made_by))[:40]!r}, but "
+                          f"records.jsonl holds records of side {str(other[0])[:40]!r}: the "
+                          f"run's files disagree about who made it")
     legacy = not done_agrees(directory, done, made_by, seed)
     if params is None:
         return legacy
