@@ -113,21 +113,29 @@ def test_flush_count_must_match_timing(root):
     assert c.status == "FAIL" and "flush_episodes" in c.detail
 
 
+def _write_run(d, run):
+    """Rewrite a run's run.json as its runner would have written it: DONE.json, which
+    names run.json by its SHA-256, is rewritten after it with the same status."""
+    done = records.read_done(d)
+    records.write_json(d / "run.json", run)
+    records.write_done(d, done["status"], done.get("reason"))
+
+
 def test_config_mismatch_and_missing_key_fail(root):
     d = root / "candidate" / "s1"
     run = records.read_json(d / "run.json")
     run["args"]["decode"] = "ref"
-    records.write_json(d / "run.json", run)
+    _write_run(d, run)
     c = _status(_run_checks(PARAMS, root), "config", "candidate", 1)
     assert c.status == "FAIL" and "decode 'ref' != 'exact'" in c.detail
     del run["args"]["decode"]
-    records.write_json(d / "run.json", run)
+    _write_run(d, run)
     c = _status(_run_checks(PARAMS, root), "config", "candidate", 1)
     assert c.status == "FAIL" and "no decode" in c.detail
     d = root / "reference" / "s0"
     run = records.read_json(d / "run.json")
     run["args"]["reference"]["sampler"] = "per_run"
-    records.write_json(d / "run.json", run)
+    _write_run(d, run)
     c = _status(_run_checks(PARAMS, root), "config", "reference", 0)
     assert c.status == "FAIL" and "sampler" in c.detail
 
@@ -136,11 +144,11 @@ def test_reference_provenance_must_be_29eb964_and_clean(root):
     d = root / "reference" / "s0"
     run = records.read_json(d / "run.json")
     run["provenance"]["reference"]["dirty"] = True
-    records.write_json(d / "run.json", run)
+    _write_run(d, run)
     c = _status(_run_checks(PARAMS, root), "provenance", "reference", 0)
     assert c.status == "FAIL" and "dirty" in c.detail
     run["provenance"]["reference"] = {"commit": "1" * 40, "dirty": False}
-    records.write_json(d / "run.json", run)
+    _write_run(d, run)
     c = _status(_run_checks(PARAMS, root), "provenance", "reference", 0)
     assert c.status == "FAIL" and "expected 29eb964" in c.detail
     c = _status(_run_checks(PARAMS, root), "provenance", "candidate", 0)
@@ -182,12 +190,12 @@ def test_nested_side_directory_and_params_in_config(tmp_path):
     run = records.read_json(d / "run.json")
     run["config"] = {"params": dict(PARAMS), "agent": {}}
     run["args"] = {"params": "params.yaml", "out": "<repo>/results/candidate"}
-    records.write_json(d / "run.json", run)
+    _write_run(d, run)
     ref = load.load_side(tmp_path / "out" / "reference", "reference", PARAMS["seeds"])
     cs = checks.run_checks(PARAMS, ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
     c = _status(cs, "config", "candidate", 0)
     assert c.status == "PASS", c.detail
     run["config"]["params"] = dict(PARAMS, rows=2400)
-    records.write_json(d / "run.json", run)
+    _write_run(d, run)
     cs = checks.run_checks(PARAMS, ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
     assert "rows 2400 != 1200" in _status(cs, "config", "candidate", 0).detail

@@ -115,7 +115,16 @@ def test_different_evaluation_rows_are_an_error(tmp_path):
     other = validate(dict(RAW, eval_every=800, stats=dict(RAW["stats"], s1_rows=[1600, 2400],
                                                           late_rows=[800, 2400],
                                                           concordance_rows=[2400])))
-    synthetic.write_run(root / "candidate", "candidate", 1, other)
+    d = synthetic.write_run(root / "candidate", "candidate", 1, other)
+    # its run.json says so: refused as a run of other parameters, before its rows are read
+    with pytest.raises(records.RecordError, match=r"s1/run.json: eval_every 800 != 400: the run "
+                                                  r"was made with other parameters"):
+        compare.analyse(PARAMS, root / "reference", root / "candidate")
+    # a run.json that claims the round's grid: its rows give it away
+    run = records.read_json(d / "run.json")
+    run["args"]["eval_every"] = 400
+    records.write_json(d / "run.json", run)
+    records.write_done(d, "ok")
     with pytest.raises(load.AnalysisError, match=r"candidate seed 1 .*missing rows \[400, 1200, 2000\]"):
         compare.analyse(PARAMS, root / "reference", root / "candidate")
 

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -317,7 +318,7 @@ def test_mutated_params_yaml(tmp_path_factory, data):
 
 
 @pytest.mark.parametrize("text, expected", [
-    (b"round: t\nd\nrows: 1\n", "params: <root>: params.yaml line 3: invalid YAML: could not find expected ':'"),
+    (b"round: t\nd\nrows: 1\n", "params: <root>: params.yaml:3: invalid YAML: could not find expected ':'"),
     (b"\xa3 comment\nround: t\n", "params: <root>: params.yaml:1: not UTF-8 text (byte 0)")])
 def test_params_load_refuses_in_one_line(tmp_path, text, expected):
     path = tmp_path / "params.yaml"
@@ -325,3 +326,209 @@ def test_params_load_refuses_in_one_line(tmp_path, text, expected):
     with pytest.raises(params_mod.ParamsError) as e:
         params_mod.load(path)
     assert str(e.value) == expected
+
+
+# ------------------------------------------------- params.yaml structure (issue: one spelling)
+
+_KEY_LINE = re.compile(r"^( *)([A-Za-z_]\w*):(.*)$")
+_SECTIONS = ("reference", "gate", "stats")
+
+
+def _scalar_lines(text: str) -> list[int]:
+    """Indices of the lines ``key: value`` holding a scalar value (not a block opener)."""
+    return [i for i, line in enumerate(text.splitlines())
+            if (m := _KEY_LINE.match(line)) and m.group(3).strip()]
+
+
+def structure_edit(data, text: str) -> tuple[str, str]:
+    """One change to the structure of params.yaml text: (new text, kind of change)."""
+    lines = text.splitlines(keepends=True)
+    kind = data.draw(st.sampled_from(["duplicate", "nested_duplicate", "dotted", "alias",
+                                      "long", "path", "round"]))
+    value = data.draw(st.sampled_from(["exact", "ref", "1", "[1, 2]", "''", "run", "smoke"]))
+    if kind == "duplicate":
+        top = [m.group(2) for line in lines if (m := _KEY_LINE.match(line)) and not m.group(1)]
+        key = data.draw(st.sampled_from(top))
+        at = data.draw(st.integers(0, len(lines)))
+        where = at if at == len(lines) or not lines[at].startswith(" ") else len(lines)
+        lines.insert(where, f"{key}: {value}\n")
+    elif kind == "nested_duplicate":
+        nested = [i for i, line in enumerate(lines) if line.startswith("  ")
+                  and _KEY_LINE.match(line)]
+        i = data.draw(st.sampled_from(nested))
+        key = _KEY_LINE.match(lines[i]).group(2)
+        j = i + 1
+        while j < len(lines) and lines[j].startswith("  -"):
+            j += 1
+        lines.insert(j, f"  {key}: {value}\n")
+    elif kind == "dotted":
+        sec = data.draw(st.sampled_from(_SECTIONS))
+        key = data.draw(st.sampled_from([k.split(".", 1)[1] for k in params_mod.SCHEMA
+                                         if k.startswith(sec + ".")]))
+        q = data.draw(st.sampled_from(['"', "'", ""]))
+        lines.append(f"{q}{sec}.{key}{q}: {value}\n")
+    elif kind == "alias":
+        idx = _scalar_lines(text)
+        i = data.draw(st.sampled_from(idx))
+        m = _KEY_LINE.match(lines[i].rstrip("\n"))
+        name = data.draw(st.from_regex(r"[a-z]{1,8}", fullmatch=True))
+        lines[i] = f"{m.group(1)}{m.group(2)}: &{name} {m.group(3).strip()}\n"
+        if data.draw(st.booleans()):
+            j = data.draw(st.sampled_from([k for k in idx if k != i]))
+            m2 = _KEY_LINE.match(lines[j].rstrip("\n"))
+            lines[j] = f"{m2.group(1)}{m2.group(2)}: *{name}\n"
+    elif kind == "long":
+        i = data.draw(st.sampled_from(_scalar_lines(text)))
+        m = _KEY_LINE.match(lines[i].rstrip("\n"))
+        n = data.draw(st.sampled_from([100, 1000, 30000, 70000]))
+        ch = data.draw(st.sampled_from(["x", "1", "\u00e9", " "]))
+        lines[i] = f"{m.group(1)}{m.group(2)}: {json.dumps(ch * n)}\n"
+    elif kind == "path":
+        parts = data.draw(st.lists(st.sampled_from(["..", ".", "data", "published", "round3",
+                                                    "x", "", "~", "/", "a\\b", "tests"]),
+                                   min_size=1, max_size=6))
+        src = "/".join(parts)
+        lines = [f"  source: {json.dumps(src)}\n" if line.startswith("  source:") else line
+                 for line in lines]
+    else:
+        name = data.draw(st.one_of(
+            st.from_regex(r"[A-Za-z0-9_-]{1,70}", fullmatch=True),
+            st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]),
+                    max_size=90)))
+        lines = [f"round: {json.dumps(name)}\n" if line.startswith("round:") else line
+                 for line in lines]
+    return "".join(lines), kind
+
+
+def check_structure_invariants(raw: bytes):
+    """Independent of params.load: the accepted text has one spelling per parameter."""
+    events = list(yaml.parse(raw.decode()))
+    assert not any(isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None) for e in events)
+
+    def walk(node, depth=1):
+        assert depth <= params_mod.MAX_DEPTH
+        if isinstance(node, yaml.MappingNode):
+            keys = [k.value for k, _ in node.value]
+            assert all(isinstance(k, yaml.ScalarNode) for k, _ in node.value)
+            assert len(keys) == len(set(keys)), keys
+            assert not any("." in k or k == "<<" for k in keys), keys
+            for _, v in node.value:
+                walk(v, depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for v in node.value:
+                walk(v, depth + 1)
+    walk(yaml.compose(raw.decode()))
+
+
+@settings(settings.get_profile(PROFILE))
+@given(data=st.data())
+def test_params_yaml_structure(tmp_path_factory, data):
+    text, kind = structure_edit(data, (REPO / "params.yaml").read_text())
+    key = f"params.yaml {kind}"
+    TRIED[key] += 1
+    path = tmp_path_factory.mktemp("p") / "params.yaml"
+    path.write_bytes(text.encode())
+    t0 = time.monotonic()
+    try:
+        p = params_mod.load(path)
+    except params_mod.ParamsError as e:
+        REFUSED[key] += 1
+        assert time.monotonic() - t0 < 5
+        msg = str(e)
+        assert "\n" not in msg and msg.startswith("params: ") and len(msg) <= 400, msg
+        return
+    check_structure_invariants(path.read_bytes())
+    check_params_invariants(p)
+    assert params_mod.ROUND_PATTERN.fullmatch(p["round"])
+    src = p["reference"]["source"]
+    assert src == "run" or (".." not in src.split("/") and not src.startswith(("/", "~"))
+                            and "\\" not in src)
+
+
+# ------------------------------------------------- a run's files against each other and the round
+
+_PROTOCOL = {"rows": [1200, 2400, 800], "eval_every": [400, 800], "eval_episodes": [2, 3],
+             "profile": ["smoke", "full"], "decode": ["exact", "ref"], "seed": [0, 1, 2]}
+
+
+def agreement_edit(data, d: Path) -> str:
+    """One change that may make a run's files disagree; returns its kind."""
+    kind = data.draw(st.sampled_from(["done_failed", "run_seed", "run_side", "run_param",
+                                      "done_keys", "done_value"]))
+    run = json.loads((d / "run.json").read_text())
+    done = json.loads((d / records.DONE).read_text())
+    reclose = data.draw(st.booleans())
+    if kind == "done_failed":
+        records.write_done(d, "failed", "non-finite loss")
+        return kind
+    if kind == "run_seed":
+        run["seed"] = data.draw(st.sampled_from([0, 1, 2]))
+    elif kind == "run_side":
+        run["side"] = data.draw(st.sampled_from(list(records.SIDES)))
+    elif kind == "run_param":
+        k = data.draw(st.sampled_from(sorted(_PROTOCOL)))
+        run["args"][k] = data.draw(st.sampled_from(_PROTOCOL[k]))
+    elif kind == "done_keys":
+        for k in data.draw(st.lists(st.sampled_from(records.DONE_RUN_KEYS), unique=True)):
+            done.pop(k, None)
+        records.write_json(d / records.DONE, done)
+        return kind
+    else:
+        k = data.draw(st.sampled_from(records.DONE_RUN_KEYS))
+        done[k] = data.draw(st.sampled_from({"side": list(records.SIDES), "seed": [0, 1, 2],
+                                             "run_sha256": ["0" * 64, done["run_sha256"]]}[k]))
+        records.write_json(d / records.DONE, done)
+        return kind
+    records.write_json(d / "run.json", run)
+    if reclose:
+        try:
+            records.write_done(d, done["status"], done.get("reason"))
+        except records.RecordError:
+            pass
+    return kind
+
+
+def check_agreement_invariants(d: Path, side: str, seed: int, params: dict):
+    """Independent of the readers: what an accepted run's raw files must say."""
+    run = json.loads((d / "run.json").read_text())
+    done = json.loads((d / records.DONE).read_text())
+    assert run.get("side", side) == side and run.get("seed", seed) == seed
+    named = [k for k in records.DONE_RUN_KEYS if k in done]
+    if named:
+        assert (done["side"], done["seed"]) == (side, seed)
+        import hashlib
+        assert done["run_sha256"] == hashlib.sha256((d / "run.json").read_bytes()).hexdigest()
+    for k in ("rows", "eval_every", "eval_episodes", "profile", "decode"):
+        assert run["args"][k] == params[k], k
+    recs = _raw_jsonl(d / "records.jsonl")
+    complete = [r["rows"] for r in recs] == params_mod.eval_points(params) and all(
+        r["status"] == "ok" for r in recs)
+    assert not (done["status"] == "failed" and complete)
+    return not named
+
+
+@settings(settings.get_profile(PROFILE))
+@given(data=st.data())
+def test_run_files_agree_or_are_refused(round_dir, data):
+    d = round_dir / "candidate" / "s1"
+    saved = {name: (d / name).read_bytes() for name in ("run.json", records.DONE)}
+    try:
+        kind = agreement_edit(data, d)
+        key = f"run agreement {kind}"
+        TRIED[key] += 1
+        try:
+            runs = load.load_side(round_dir / "candidate", "candidate", PARAMS["seeds"],
+                                  params=PARAMS)
+            load.check_eval_rows(runs, params_mod.eval_points(PARAMS))
+        except (records.RecordError, AnalysisError) as e:
+            REFUSED[key] += 1
+            assert_one_line(e, ("candidate/s1/run.json", "candidate/s1/DONE.json"), None)
+            return
+        legacy = check_agreement_invariants(d, "candidate", 1, PARAMS)
+        ref = load.load_side(round_dir / "reference", "reference", PARAMS["seeds"])
+        mine = [c for c in checks.run_checks(PARAMS, ref, runs)
+                if c.side == "candidate" and c.seed == 1 and c.name == "completion marker"]
+        assert mine[0].status == ("FLAG" if legacy else "PASS"), mine[0].line()
+    finally:
+        for name, b in saved.items():
+            (d / name).write_bytes(b)

@@ -66,7 +66,8 @@ def test_smoke_run_records(run_a):
     for seed in SMOKE["seeds"]:
         d = records.run_dir(out, "candidate", seed)
         run = records.read_run(d)
-        assert run["done"] == {"status": "ok"}
+        assert run["done"] == {"status": "ok", "side": "candidate", "seed": seed,
+                               "run_sha256": records.file_sha256(d / "run.json")}
         recs = run["records"]
         assert [r["rows"] for r in recs] == [400, 800, 1200]
         assert [r["updates"] for r in recs] == [0, 0, 81]

@@ -266,7 +266,7 @@ def test_load_reads_pyyaml_string_exponent(tmp_path):
 def test_load_yaml_syntax_error_names_the_line(tmp_path):
     f = tmp_path / "params.yaml"
     f.write_text("rows: 1200\nseeds: [0, 1\n")
-    with pytest.raises(ParamsError, match=r"^params: <root>: params.yaml line \d+: invalid YAML"):
+    with pytest.raises(ParamsError, match=r"^params: <root>: params.yaml:\d+: invalid YAML"):
         load(f)
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from dreamer_parity import params as P
 from dreamer_parity import preflight as pf
+from dreamer_parity import records
 
 from pipeline_helpers import (REPO, dvc, git, lock_stage, make_clone, ran_stages,
                               set_params, tree_digest)
@@ -58,7 +59,8 @@ def launch(p, seed, out_dir, root=None):
         (out / "records.jsonl").write_text("{}\\n")
         print("stub reference: failing midway on purpose", file=sys.stderr)
         return 1
-    R.write_json(out / "run.json", {"seed": seed, "decode": p["reference"]["decode"],
+    R.write_json(out / "run.json", {"side": "reference", "seed": seed,
+                                    "decode": p["reference"]["decode"],
                                     "sampler": p["reference"]["sampler"], "rows": p["rows"]})
     v = 0.08 if p["reference"]["decode"] == "ref" else 0.01
     R.write_jsonl(out / "records.jsonl", [record("reference", seed, p["rows"], v)])
@@ -74,7 +76,8 @@ ap = argparse.ArgumentParser(); ap.add_argument("--params"); ap.add_argument("--
 a = ap.parse_args(); p = P.load(a.params)
 for s in p["seeds"]:
     out = R.run_dir(a.out, "candidate", s)
-    R.write_json(out / "run.json", {"seed": s, "decode": p["decode"], "rows": p["rows"]})
+    R.write_json(out / "run.json", {"side": "candidate", "seed": s, "decode": p["decode"],
+                                    "rows": p["rows"]})
     v = 0.02 if p["decode"] == "exact" else 0.07
     R.write_jsonl(out / "records.jsonl", [record("candidate", s, p["rows"], v)])
     R.write_jsonl(out / "episodes.jsonl", [])
@@ -332,7 +335,9 @@ def test_repro_runs_every_stage_once_in_order(stub_round):
                                "candidate", "compare"]
     assert (clone / "results" / "preflight.ok").read_text() == pf.GATE_TEXT
     for s in (0, 1):
-        assert json.loads((clone / f"results/reference/s{s}/DONE.json").read_text()) == {"status": "ok"}
+        done = json.loads((clone / f"results/reference/s{s}/DONE.json").read_text())
+        assert done == {"status": "ok", "side": "reference", "seed": s, "run_sha256":
+                        records.file_sha256(clone / f"results/reference/s{s}/run.json")}
         assert (clone / f"results/candidate/s{s}/DONE.json").is_file()
     assert "prereg docs/rounds/smoke.md" in (clone / "results" / "report.md").read_text()
     # cached outputs are git-ignored, git-tracked metrics are not

@@ -64,7 +64,9 @@ def test_round_trip(tmp_path):
     assert [r["rows"] for r in run["records"]] == [400, 800, 1200]
     assert run["records"][0] == _record(400)
     assert run["episodes"] == [_episode()]
-    assert run["done"] == {"status": "ok"} and run["timing"] is None
+    assert run["done"] == {"status": "ok", "side": "candidate", "seed": 0,
+                           "run_sha256": R.file_sha256(d / "run.json")}
+    assert run["timing"] is None
 
 
 def test_writers_replace_non_finite_and_numpy_values(tmp_path):
@@ -131,7 +133,9 @@ def test_run_without_completion_marker(tmp_path):
 def test_failed_run_is_readable(tmp_path):
     d = _run(tmp_path, recs=[_record(400), _record(800, status="failed")], done="failed")
     run = R.read_run(d)
-    assert run["done"] == {"status": "failed", "reason": "non-finite loss at row 800"}
+    assert run["done"] == {"status": "failed", "reason": "non-finite loss at row 800",
+                           "side": "candidate", "seed": 0,
+                           "run_sha256": R.file_sha256(d / "run.json")}
     assert run["records"][-1]["status"] == "failed"
 
 

@@ -84,6 +84,7 @@ def test_completed_run_is_refused_and_kept(tmp_path):
     out = tmp_path / "s0"
     out.mkdir()
     (out / "records.jsonl").write_text("{}\n")
+    records.write_json(out / "run.json", {"side": "reference", "seed": 0})
     records.write_done(out, "ok")
     with pytest.raises(launch.LaunchError, match="already holds a completed reference run"):
         launch.prepare_out_dir(out)

@@ -60,7 +60,9 @@ def smoke_runs(tmp_path_factory):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_three_records_with_the_schedule_updates(smoke_runs, seed):
     run_dir, _ = smoke_runs[seed]
-    assert records.read_done(run_dir) == {"status": "ok"}
+    done = records.read_done(run_dir)
+    assert done["status"] == "ok" and "reason" not in done
+    assert records.done_agrees(run_dir, done, "reference", seed)   # names this run.json
     recs = records.read_records(run_dir)
     assert [r["rows"] for r in recs] == [400, 800, 1200]
     assert [r["updates"] for r in recs] == [0, 0, 81]

@@ -198,8 +198,10 @@ def test_analysis_reads_mixed_sources_and_records_them(synthetic_root, monkeypat
 def test_checks_judge_a_run_by_who_made_it(synthetic_root, monkeypatch):
     """The candidate's runs standing on the reference side get the candidate's checks."""
     monkeypatch.chdir(synthetic_root)
+    # reference.decode as the candidate's runs record it: a run recorded with another
+    # protocol than the round's is refused (records.check_run_agrees), not scored
     p = _params(**{"reference.source": "data/runs/t/candidate",
-                   "candidate.source": "data/runs/t/candidate"})
+                   "candidate.source": "data/runs/t/candidate", "reference.decode": "exact"})
     r = sides.resolve(p, ".")
     res = compare.analyse(p, r["reference"], r["candidate"])
     ref_runs = res["sides"]["reference"]["runs"]
@@ -213,6 +215,11 @@ def test_checks_judge_a_run_by_who_made_it(synthetic_root, monkeypatch):
     again = checks.run_checks(p, ref_runs, res["sides"]["candidate"]["runs"])
     prov = [c for c in again if c.name == "provenance" and c.side == "reference"]
     assert all(c.status == "FAIL" and "reference commit" in c.detail for c in prov), prov
+    # the round's own reference decode would be another protocol than the runs recorded
+    p_ref = _params(**{"reference.source": "data/runs/t/candidate",
+                       "candidate.source": "data/runs/t/candidate"})
+    with pytest.raises(records.RecordError, match=r"s0/run\.json: decode 'exact' != 'ref'"):
+        compare.analyse(p_ref, r["reference"], r["candidate"])
 
 
 def test_stand_in_marker_is_not_a_run(tmp_path):

@@ -22,13 +22,17 @@ import argparse
 import copy
 import json
 import math
+import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOKE",
-           "eval_points", "PROFILES", "NUM_ENVS", "DECODES", "SAMPLERS", "repo_path"]
+           "eval_points", "PROFILES", "NUM_ENVS", "DECODES", "SAMPLERS", "repo_path",
+           "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
+           "MAX_PATH_CHARS", "parse_yaml"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -37,6 +41,21 @@ NUM_ENVS = 16
 DECODES = ("exact", "ref")
 #: The reference replay's uniform selector seeding: ``stock`` (seed 0) | ``per_run``.
 SAMPLERS = ("stock", "per_run")
+
+#: Largest params file :func:`load` reads (bytes); the round's file is about 1 KiB.
+MAX_FILE_BYTES = 64 * 1024
+#: Deepest nesting of YAML nodes :func:`load` accepts (the schema needs 3: the root
+#: mapping, a section such as ``stats``, and a list value inside it).
+MAX_DEPTH = 8
+#: ``round``: a plain name, so ``docs/rounds/<round>.md`` is one file of that directory.
+ROUND_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The value of a ``*.source`` key that means "run this side here" (not a path).
+SOURCE_RUN = "run"
+#: Longest value quoted in an error line, and longest error line (characters).
+QUOTE_CHARS = 80
+MESSAGE_CHARS = 400
+#: Longest path value of a ``*.source`` key (characters), well under the OS limits.
+MAX_PATH_CHARS = 255
 
 #: Network widths of the two profiles (Candidate and Reference issues).
 PROFILES = {
@@ -48,12 +67,35 @@ PROFILES = {
 class ParamsError(ValueError):
     """A parameter is missing, unknown, of the wrong type or inconsistent.
 
-    The message is one line and starts with the dotted key.
+    The message is one line of at most :data:`MESSAGE_CHARS` characters and starts with
+    ``params: <dotted key>:``; values inside it are quoted by :func:`quote`.
     """
 
     def __init__(self, key: str, message: str):
         self.key = key
-        super().__init__(f"params: {key}: {message}")
+        key = quote(key, 60, plain=True)
+        text = f"params: {key}: {message}".replace("\n", " ").replace("\r", " ")
+        if len(text) > MESSAGE_CHARS:
+            text = text[:MESSAGE_CHARS - 3] + "..."
+        super().__init__(text)
+
+
+def quote(value, limit: int = QUOTE_CHARS, plain: bool = False) -> str:
+    """``repr(value)`` (``str(value)`` when ``plain``) cut to ``limit`` characters.
+
+    A value quoted in an error line never makes that line long: a longer text ends in
+    ``...(N chars)``.  The repr of a container is built from at most ``limit`` of its
+    items, so quoting never costs more than the cut text.
+    """
+    if isinstance(value, (list, tuple)) and len(value) > limit:
+        text = repr(list(value[:limit]))[:-1] + ", ...]"
+    elif isinstance(value, dict) and len(value) > limit:
+        text = "{...%d keys}" % len(value)
+    else:
+        text = str(value) if plain else repr(value)
+    if len(text) > limit:
+        return text[:limit] + f"...({len(text)} chars)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -154,13 +196,13 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def _coerce_int(key, v):
     if isinstance(v, bool):
-        raise ParamsError(key, f"expected an integer, got {v!r}")
+        raise ParamsError(key, f"expected an integer, got {quote(v)}")
     if isinstance(v, int):
         return v
     if isinstance(v, float):
         if v.is_integer():
             return int(v)
-        raise ParamsError(key, f"expected an integer, got {v!r}")
+        raise ParamsError(key, f"expected an integer, got {quote(v)}")
     if isinstance(v, str):
         s = v.strip()
         try:
@@ -170,16 +212,16 @@ def _coerce_int(key, v):
         try:
             f = float(s)
         except ValueError:
-            raise ParamsError(key, f"expected an integer, got {v!r}") from None
+            raise ParamsError(key, f"expected an integer, got {quote(v)}") from None
         if f.is_integer():
             return int(f)
-        raise ParamsError(key, f"expected an integer, got {v!r}")
-    raise ParamsError(key, f"expected an integer, got {v!r}")
+        raise ParamsError(key, f"expected an integer, got {quote(v)}")
+    raise ParamsError(key, f"expected an integer, got {quote(v)}")
 
 
 def _coerce_float(key, v):
     if isinstance(v, bool):
-        raise ParamsError(key, f"expected a number, got {v!r}")
+        raise ParamsError(key, f"expected a number, got {quote(v)}")
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, str):
@@ -187,7 +229,7 @@ def _coerce_float(key, v):
             return float(v.strip())
         except ValueError:
             pass
-    raise ParamsError(key, f"expected a number, got {v!r}")
+    raise ParamsError(key, f"expected a number, got {quote(v)}")
 
 
 def _coerce(key: str, field: Field, v):
@@ -198,10 +240,10 @@ def _coerce(key: str, field: Field, v):
         return _coerce_float(key, v)
     if t == "str":
         if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise ParamsError(key, f"expected a string, got {v!r}")
+            raise ParamsError(key, f"expected a string, got {quote(v)}")
         v = str(v)
         if field.choices and v not in field.choices:
-            raise ParamsError(key, f"unknown value {v!r}; expected one of {', '.join(field.choices)}")
+            raise ParamsError(key, f"unknown value {quote(v)}; expected one of {', '.join(field.choices)}")
         return v
     if t in ("int_list", "int_pair_or_empty"):
         if v is None:
@@ -210,9 +252,9 @@ def _coerce(key: str, field: Field, v):
             try:
                 v = json.loads(v)
             except ValueError:
-                raise ParamsError(key, f"expected a list of integers, got {v!r}") from None
+                raise ParamsError(key, f"expected a list of integers, got {quote(v)}") from None
         if not isinstance(v, (list, tuple)):
-            raise ParamsError(key, f"expected a list of integers, got {v!r}")
+            raise ParamsError(key, f"expected a list of integers, got {quote(v)}")
         out = [_coerce_int(key, x) for x in v]
         if t == "int_pair_or_empty" and len(out) not in (0, 2):
             raise ParamsError(key, f"expected [first, last] or [], got {out}")
@@ -230,18 +272,33 @@ def _coerce(key: str, field: Field, v):
             return v
         if isinstance(v, str) and v.strip().lower() in ("true", "false"):
             return v.strip().lower() == "true"
-        raise ParamsError(key, f"expected true or false, got {v!r}")
+        raise ParamsError(key, f"expected true or false, got {quote(v)}")
     raise AssertionError(t)
 
 
-def _check_rel_path(key: str, v: str) -> str:
-    p = Path(v)
-    if p.is_absolute() or v.startswith("~"):
-        raise ParamsError(key, f"{v!r} is absolute; use a path relative to the repository, "
-                               f"e.g. data/published/round3 (absolute paths must not be committed)")
-    if ".." in p.parts:
-        raise ParamsError(key, f"{v!r} leaves the repository ('..'); name a directory inside it")
-    return v
+def _check_rel_path(key: str, value) -> str:
+    """The text checks of a path parameter (:func:`repo_path` without a root).
+
+    Raises:
+      ParamsError: naming ``key``, for a value that is not a non-empty string, is longer
+        than :data:`MAX_PATH_CHARS`, holds a control character or a backslash, is absolute
+        (``/...``, ``~...``) or has a ``..`` component.
+    """
+    if not isinstance(value, str) or not value:
+        raise ParamsError(key, f"expected a relative path, got {quote(value)}")
+    if len(value) > MAX_PATH_CHARS:
+        raise ParamsError(key, f"path of {len(value)} characters (at most {MAX_PATH_CHARS}): "
+                               f"{quote(value)}")
+    if any(ord(c) < 32 or c in "\x7f\\" for c in value):
+        raise ParamsError(key, f"{quote(value)} holds a control character or a backslash")
+    if value.startswith(("/", "~")) or Path(value).is_absolute():
+        raise ParamsError(key, f"{quote(value)} is absolute; use a path relative to the "
+                               f"repository, e.g. data/published/round3 (absolute paths must "
+                               f"not be committed)")
+    if ".." in Path(value).parts:
+        raise ParamsError(key, f"{quote(value)} leaves the repository through '..'; paths "
+                               f"resolve inside it (DVC tracks nothing outside)")
+    return value
 
 
 def _coerce_source(key: str, v):
@@ -267,26 +324,6 @@ def _coerce_source(key: str, v):
                         "seeds": seeds})
         return out
     raise ParamsError(key, f"expected 'run', a directory or a list of {{from, seeds}}, got {v!r}")
-
-
-def repo_path(key: str, value: str, root: str | Path = ".") -> Path:
-    """``root / value``, refused unless it stays inside ``root`` (symlinks resolved).
-
-    The one check of every ``*.source`` directory (docs/SIDES.md).
-
-    Raises:
-      ParamsError: naming ``key``: ``value`` is absolute, holds ``..`` or resolves
-        (through a symlink) outside ``root``.
-    """
-    _check_rel_path(key, value)
-    root = Path(root)
-    p = root / value
-    try:
-        p.resolve().relative_to(root.resolve())
-    except ValueError:
-        raise ParamsError(key, f"{value!r} resolves outside the repository (a symlink?); "
-                               f"name a directory inside it") from None
-    return p
 
 
 def _nest(flat: dict) -> dict:
@@ -322,14 +359,17 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
         not a positive multiple of 16 or does not divide ``rows``, duplicate or negative
         seeds, S1 / concordance rows that are not evaluation points or repeat, a LATE
         or concordance range holding no evaluation point, a non-finite good_return or
-        equivalence margin outside (0, 1), or a gate whose statistic and parts disagree.
+        equivalence margin outside (0, 1), a gate whose statistic and parts disagree,
+        a key holding a dot at any level, a ``round`` that is not a plain name
+        (:data:`ROUND_PATTERN`), or a ``*.source`` path refused by :func:`repo_path`.
     """
     if not isinstance(raw, dict):
         raise ParamsError("<root>", f"{where} must hold a mapping, got {type(raw).__name__}")
+    _check_key_names(raw, where)
     # A declared dict key given as a scalar (e.g. "reference: 3") is caught first.
     for key in raw:
         if key in ("reference", "candidate", "stats", "gate") and not isinstance(raw[key], dict):
-            raise ParamsError(key, f"expected a mapping, got {raw[key]!r}")
+            raise ParamsError(key, f"expected a mapping, got {quote(raw[key])}")
     flat = _flatten(raw)
     for key in flat:
         if key not in SCHEMA:
@@ -410,36 +450,211 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
             missing = [s for s in seeds if s not in listed]
             if missing:
                 raise ParamsError(key, f"round seeds {missing} have no source")
+    if not ROUND_PATTERN.fullmatch(typed["round"]):
+        raise ParamsError("round", f"{quote(typed['round'])} is not a plain name: 1 to 64 "
+                                   f"letters, digits, '-' or '_' (its pre-registration is "
+                                   f"docs/rounds/<round>.md)")
     return _nest(typed)
+
+
+def _check_key_names(raw: dict, where: str, prefix: str = "") -> None:
+    """Refuse a key holding a dot at any level: ``stats.s1_rows`` has one spelling, the
+    nested one (a dotted key beside the ``stats`` block would replace its value)."""
+    for k, v in raw.items():
+        if isinstance(k, str) and "." in k:
+            raise ParamsError(prefix + k, f"a dotted key in {where}; write it nested "
+                                          f"({' > '.join((prefix + k).split('.'))}), the one "
+                                          f"spelling of each parameter")
+        if isinstance(v, dict):
+            _check_key_names(v, where, f"{prefix}{k}.")
+
+
+def repo_path(key: str, value, root: str | os.PathLike | None = ".") -> Path:
+    """Resolve the path value of parameter ``key`` inside the repository.
+
+    The one check of every ``*.source`` directory (docs/SIDES.md): :func:`validate`
+    checks the text of each (:func:`_check_rel_path`, what this does without ``root``),
+    and every place that opens one (:func:`dreamer_parity.sides.resolve`) comes here with
+    the repository root, so symbolic links are followed.
+
+    Args:
+      key: the dotted parameter name, for the message.
+      value: the parameter's value: a relative path with ``/`` separators.
+      root: the repository root (default the working directory), or None to check the
+        text only.
+
+    Returns:
+      ``Path(value)`` when ``root`` is None, else ``Path(root) / value``, whose resolved
+      form lies inside the resolved root.
+
+    Raises:
+      ParamsError: naming ``key``, for a value that is not a non-empty string, is longer
+        than :data:`MAX_PATH_CHARS`, holds a control character or a backslash, is absolute
+        (``/...``, ``~...``), has a ``..`` component, or (with ``root``) cannot be
+        resolved or resolves outside the root through a symbolic link.
+    """
+    _check_rel_path(key, value)
+    if root is None:
+        return Path(value)
+    base = Path(root).resolve()
+    try:
+        full = (base / value).resolve()
+    except (OSError, RuntimeError) as e:   # a symlink loop, a name too long
+        raise ParamsError(key, f"{quote(value)} cannot be resolved ({type(e).__name__})") \
+            from None
+    if full != base and base not in full.parents:
+        raise ParamsError(key, f"{quote(value)} resolves outside the repository through a "
+                               f"symbolic link; name a directory inside it (DVC tracks "
+                               f"nothing outside)")
+    return Path(root) / value
+
+
+class _Refused(Exception):
+    """A structural refusal of :func:`parse_yaml`: key path, line, message."""
+
+    def __init__(self, key: str, line: int, message: str):
+        super().__init__(message)
+        self.key, self.line, self.message = key, line, message
+
+
+_LOADER = None
+
+
+def _strict_loader():
+    """The PyYAML ``SafeLoader`` subclass :func:`parse_yaml` reads with (built once).
+
+    It refuses, while composing and before anything is constructed or expanded: an
+    anchor or alias, nesting deeper than :data:`MAX_DEPTH`; and on the composed node
+    tree (a tree: without aliases no node is shared): a key that is not a plain scalar, a
+    merge key (``<<``), a key holding a dot, a key given twice in one mapping.
+    """
+    global _LOADER
+    if _LOADER is not None:
+        return _LOADER
+    import yaml
+    from yaml.events import AliasEvent
+
+    class StrictLoader(yaml.SafeLoader):
+        _depth = 0
+
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            line = event.start_mark.line + 1
+            if isinstance(event, AliasEvent):
+                raise _Refused("<root>", line, f"alias *{quote(event.anchor, 40, True)}: "
+                                               f"aliases and anchors are not accepted")
+            if getattr(event, "anchor", None) is not None:
+                raise _Refused("<root>", line, f"anchor &{quote(event.anchor, 40, True)}: "
+                                               f"aliases and anchors are not accepted")
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    raise _Refused("<root>", line, f"nested deeper than {MAX_DEPTH} levels")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    _LOADER = StrictLoader
+    return _LOADER
+
+
+def _check_nodes(node, path: str = "") -> None:
+    """Keys of every mapping of a composed YAML tree: plain, not ``<<``, each once."""
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_nodes(item, path)
+        return
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict = {}
+    for knode, vnode in node.value:
+        line = knode.start_mark.line + 1
+        if not isinstance(knode, yaml.ScalarNode):
+            raise _Refused(path.rstrip(".") or "<root>", line,
+                           "a key that is a list or mapping; keys are plain names")
+        key = path + knode.value
+        if knode.tag == "tag:yaml.org,2002:merge":
+            raise _Refused(path.rstrip(".") or "<root>", line,
+                           "merge key '<<': write every key out once")
+        if "." in knode.value:
+            raise _Refused(key, line, f"a dotted key; write it nested "
+                                      f"({' > '.join(key.split('.'))}), the one spelling of "
+                                      f"each parameter")
+        if knode.value in seen:
+            raise _Refused(key, line, f"given twice (first at line {seen[knode.value]}); one "
+                                      f"spelling per parameter")
+        seen[knode.value] = line
+        _check_nodes(vnode, key + ".")
+
+
+def parse_yaml(text: str, name: str = "params.yaml"):
+    """Parse params.yaml text with the structural refusals of :func:`_strict_loader`.
+
+    Returns:
+      The parsed document (None for an empty one).
+
+    Raises:
+      ParamsError: ``params: <key>: <name>:<line>: <what>`` for an anchor, alias, merge
+        key, non-scalar, dotted or repeated key, nesting deeper than :data:`MAX_DEPTH`, or a YAML
+        syntax error (key ``<root>``).
+    """
+    import yaml
+
+    loader = None
+    try:
+        loader = _strict_loader()(text)   # its reader refuses non-printable characters
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_nodes(node)
+        return loader.construct_document(node)
+    except _Refused as e:
+        raise ParamsError(e.key, f"{name}:{e.line}: {e.message}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        if isinstance(e, yaml.reader.ReaderError):
+            line = f":{text[:e.position].count(chr(10)) + 1}"
+            problem = f"character #x{e.character:04x} is not allowed"
+        else:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ParamsError("<root>", f"{name}{line}: invalid YAML: {quote(problem, 120, True)}") \
+            from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def load(path: str | Path = "params.yaml") -> dict:
     """Read and validate a params file (main venv: uses PyYAML).
 
+    Every reader of params.yaml goes through here.  The file is read whole only when it
+    holds at most :data:`MAX_FILE_BYTES`; its YAML is parsed by :func:`parse_yaml`
+    (anchors, aliases, merge keys, repeated or non-scalar keys and deep nesting refused
+    before anything is expanded), then :func:`validate`.
+
     Raises:
       FileNotFoundError: no such file.
-      ParamsError: see :func:`validate`; YAML syntax errors and text that is not UTF-8
-        are reported in one line with the line number.
+      ParamsError: see :func:`validate` and :func:`parse_yaml`; a file over the size
+        bound, YAML syntax errors and text that is not UTF-8 are reported in one line
+        naming the file and line.
     """
-    import yaml
-
     from dreamer_parity import records
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(str(path))
+    with open(path, "rb") as f:   # FileNotFoundError: no such file
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ParamsError("<root>", f"{path.name}: larger than {MAX_FILE_BYTES} bytes "
+                                    f"(the round's file is about 1 KiB)")
     try:
         text = records.read_text(path, path.name)
     except records.RecordError as e:
         raise ParamsError("<root>", str(e)) from None
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ParamsError("<root>", f"{path.name}{line}: invalid YAML: {problem}") from None
-    return validate(raw, where=path.name)
+    raw = parse_yaml(text, path.name)
+    return validate({} if raw is None else raw, where=path.name)
 
 
 def smoke_overrides() -> list[str]:

@@ -13,6 +13,8 @@ Subcommands (working directory: the repository root, or a temporary experiment c
     runs here, the reference set-up.  On success it writes a file whose content never
     changes (:data:`dreamer_parity.preflight.GATE_TEXT`): every other stage depends on it,
     so DVC runs this check first, and it never makes another stage rerun.
+    On failure: one line ``error: ...`` on stderr, exit status 2, nothing written or
+    removed.
 
 ``reference``
     A seed whose reference source is ``run``: :func:`dreamer_parity.reference.launch.launch`.
@@ -22,7 +24,11 @@ Subcommands (working directory: the repository root, or a temporary experiment c
 ``compare``
     :func:`dreamer_parity.analysis.compare.run_round` on the sides that
     :func:`dreamer_parity.sides.resolve` names, with the pre-registration
-    ``docs/rounds/<round>.md``; exit status: the analysis's.
+    ``docs/rounds/<round>.md``.  Before the analysis starts, every finished run of the
+    records schema is checked against itself and the round
+    (:func:`dreamer_parity.preflight.check_runs`); a refused input (exit 2) leaves every
+    output as it was (``metrics/train_last_window.json`` is replaced only after the
+    analysis wrote its outputs).  Exit status: the analysis's.
 
 The candidate stage runs :mod:`dreamer_parity.candidate.runtime.run`, which writes the
 candidate's stand-in markers the same way.  Errors: one line ``error: ...`` on stderr,
@@ -36,17 +42,16 @@ import os
 import sys
 from pathlib import Path
 
+from dreamer_parity import params as P
 from dreamer_parity import preflight as pf
-from dreamer_parity import sides
+from dreamer_parity import records, sides
 
 __all__ = ["main"]
 
 
 def _cmd_preflight(a) -> int:
     out = Path(a.out)
-    if out.exists():
-        out.unlink()
-    pf.check(pf.load(a.params))
+    pf.check(pf.load(a.params))   # refused: nothing written or removed (DVC removes outs)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     tmp.write_text(pf.GATE_TEXT)
@@ -69,9 +74,16 @@ def _cmd_reference(a) -> int:
 
 
 def _cmd_compare(a) -> int:
+    params = pf.load(a.params)
+    # Each run's files against each other and the round, standard library only, before
+    # the analysis imports anything heavy or writes anything.
+    try:
+        resolved = sides.resolve(params)
+    except (sides.SideError, P.ParamsError, records.RecordError) as e:
+        raise pf.PreflightError(str(e)) from None
+    pf.check_runs(params, resolved, every_seed=True)
     from dreamer_parity.analysis import compare
 
-    params = pf.load(a.params)
     return compare.run_round(params, ".", "metrics", "metrics/plots", "results/report.md",
                              prereg=str(pf.prereg_path(params)))
 

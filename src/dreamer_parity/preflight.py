@@ -2,8 +2,9 @@
 
 :func:`preflight` validates params.yaml (:func:`dreamer_parity.params.load`), the round's
 pre-registration ``docs/rounds/<round>.md``, both sides' sources
-(:func:`dreamer_parity.sides.resolve`: every seed of a directory source is there) and,
-when this repository runs a reference seed, the reference set-up
+(:func:`dreamer_parity.sides.resolve`: every seed of a directory source is there, and
+each of its runs in the records schema agrees with itself and the round,
+:func:`check_runs`) and, when this repository runs a reference seed, the reference set-up
 (:func:`dreamer_parity.reference.setup.check_setup`).
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from dreamer_parity import params as P
 from dreamer_parity import records, sides
 
-__all__ = ["PreflightError", "preflight", "prereg_path", "check", "GATE_TEXT"]
+__all__ = ["PreflightError", "preflight", "prereg_path", "check", "check_runs", "GATE_TEXT"]
 
 #: Content of the preflight gate file: constant on purpose, so that every stage can depend
 #: on it (it runs first) without it ever making them rerun (the text never changes, even
@@ -58,7 +59,8 @@ def check(params: dict, root: str | Path = ".", check_reference: bool = True) ->
     """Check a validated round; return ``sides.resolve(params, root)``.
 
     Raises:
-      PreflightError: no pre-registration, a side source that cannot be used, or (with
+      PreflightError: no pre-registration, a side source that cannot be used (a run of a
+        directory source whose files disagree included, :func:`check_runs`), or (with
         ``check_reference`` and a reference seed of source ``run``) no reference set-up.
     """
     root = Path(root)
@@ -71,9 +73,41 @@ def check(params: dict, root: str | Path = ".", check_reference: bool = True) ->
         resolved = sides.resolve(params, root)
     except (sides.SideError, P.ParamsError, records.RecordError) as e:
         raise PreflightError(str(e)) from None
+    check_runs(params, resolved, root)
     if check_reference and sides.runs_here(params, "reference"):
         _check_reference_setup()
     return resolved
+
+
+def check_runs(params: dict, resolved: dict, root: str | Path = ".",
+               every_seed: bool = False) -> None:
+    """Require every finished run of the records schema to agree with itself and the round.
+
+    :func:`dreamer_parity.records.check_run_agrees` for each seed of layout ``records``,
+    judged by the implementation that made it (``made_by``): ``DONE.json`` names its run,
+    ``run.json`` records the round's protocol.  Standard library only, so an entry point
+    refuses before it imports the analysis or writes anything.
+
+    Args:
+      params: validated params; resolved: :func:`dreamer_parity.sides.resolve`'s result.
+      root: the repository root (``run_dir`` values are relative to it).
+      every_seed: also the seeds this repository runs (source ``run``: the compare stage,
+        after they ran); False checks only runs that a directory source names (the
+        preflight stage, before anything ran).
+
+    Raises:
+      PreflightError: the one line of :class:`dreamer_parity.records.RecordError` naming
+        the file and what disagrees.
+    """
+    for side, sd in resolved.items():
+        for e in sd.seeds:
+            if e.layout != "records" or (e.source == "run" and not every_seed):
+                continue
+            try:
+                records.check_run_agrees(Path(root) / e.run_dir, params, side, e.seed,
+                                         made_by=e.made_by)
+            except records.RecordError as err:
+                raise PreflightError(str(err)) from None
 
 
 def preflight(params_file: str | Path = "params.yaml", root: str | Path = ".",

@@ -43,15 +43,21 @@ Layout: ``results/<round>/<side>/s<seed>/`` holding
     total).  Kept apart from the records so two runs' records compare for equality.
 
 ``DONE.json``
-    The completion marker, written last: ``{"status": "ok"}`` or
-    ``{"status": "failed", "reason": "..."}``.  A directory without it is an unfinished
-    run and every reader refuses it.
+    The completion marker, written last (:func:`write_done`, after ``run.json``):
+    ``status`` (``"ok"`` or ``"failed"``), ``reason`` (a failed run's), and the run it
+    closes: ``side``, ``seed`` and ``run_sha256`` (the SHA-256 of ``run.json``'s bytes).
+    A directory without it is an unfinished run and every reader refuses it; a marker
+    whose ``side`` / ``seed`` / ``run_sha256`` disagree with the directory's ``run.json``
+    is refused (:func:`done_agrees`).  A marker holding only ``status`` (and ``reason``),
+    as runs written before the marker named its run have, is read as such
+    (``legacy``: the analysis flags it, :mod:`dreamer_parity.analysis.checks`).
 
 All writers are atomic: they write ``<name>.tmp-<pid>`` and rename it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -62,7 +68,8 @@ __all__ = [
     "write_json", "write_jsonl", "read_json", "read_records", "read_episodes",
     "read_done", "write_done", "read_run", "clean_json", "DONE", "loads_finite",
     "mean_matches", "MEAN_RTOL", "MAX_INT", "read_run_info", "read_lines", "read_text",
-    "write_text",
+    "write_text", "file_sha256", "done_agrees", "DONE_RUN_KEYS", "recorded_value",
+    "protocol_expected", "protocol_disagreements", "check_run_agrees",
 ]
 
 SIDES = ("reference", "candidate")
@@ -197,14 +204,75 @@ def write_jsonl(path, rows) -> None:
     write_text(Path(path), "".join(line + "\n" for line in lines))
 
 
+#: Keys of ``DONE.json`` that name the run it closes (all present, or none: legacy).
+DONE_RUN_KEYS = ("side", "seed", "run_sha256")
+
+
+def file_sha256(path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def write_done(directory, status: str = "ok", reason: str | None = None) -> None:
-    """Write the completion marker last (``status`` ``ok`` or ``failed``)."""
+    """Write the completion marker last (``status`` ``ok`` or ``failed``).
+
+    The marker names the run it closes: ``side`` and ``seed`` of the directory's
+    ``run.json`` and that file's SHA-256, so ``run.json`` is written first.
+
+    Raises:
+      ValueError: an unknown status.
+      RecordError: ``run.json`` is missing, malformed, or has no ``side`` / ``seed``.
+    """
     if status not in ("ok", "failed"):
         raise ValueError(f"status must be 'ok' or 'failed', got {status!r}")
-    obj = {"status": status}
+    run_path = Path(directory) / "run.json"
+    info = read_run_info(run_path)
+    for key in ("side", "seed"):
+        if key not in info:
+            raise RecordError(f"{run_path}: field {key!r} missing; DONE.json names the run "
+                              f"it closes by it")
+    obj = {"status": status, "side": info["side"], "seed": info["seed"],
+           "run_sha256": file_sha256(run_path)}
     if reason is not None:
         obj["reason"] = str(reason)
     write_json(Path(directory) / DONE, obj)
+
+
+def done_agrees(directory, done: dict, side: str | None = None,
+                seed: int | None = None) -> bool:
+    """Whether a completion marker names the run of its directory.
+
+    Args:
+      directory: the run directory (holding ``run.json``).
+      done: its :func:`read_done` marker.
+      side, seed: what the reader expects (None: not checked).
+
+    Returns:
+      True when the marker names its run; False for a legacy marker (no
+      :data:`DONE_RUN_KEYS`), which the caller judges.
+
+    Raises:
+      RecordError: naming ``DONE.json`` and the field, when the marker names another side,
+        seed or ``run.json`` (its SHA-256), or holds only part of :data:`DONE_RUN_KEYS`.
+    """
+    path = Path(directory) / DONE
+    have = [k for k in DONE_RUN_KEYS if k in done]
+    if not have:
+        return False
+    if len(have) != len(DONE_RUN_KEYS):
+        missing = [k for k in DONE_RUN_KEYS if k not in done]
+        raise RecordError(f"{path}: names its run only in part (no {', '.join(missing)})")
+    if side is not None and done["side"] != side:
+        raise RecordError(f"{path}: side {str(done['side'])[:40]!r}, expected {side!r}")
+    if seed is not None and done["seed"] != seed:
+        raise RecordError(f"{path}: seed {str(done['seed'])[:40]}, expected {seed}")
+    run_path = Path(directory) / "run.json"
+    if not run_path.is_file():
+        raise RecordError(f"{path}: closes a run whose run.json is missing")
+    if done["run_sha256"] != file_sha256(run_path):
+        raise RecordError(f"{path}: run_sha256 is not the SHA-256 of {run_path.name}: the "
+                          f"marker closes another run.json than the one beside it")
+    return True
 
 
 def read_json(path) -> dict:
@@ -236,9 +304,20 @@ def read_done(directory) -> dict:
         raise RecordError(f"{path}: missing completion marker: the run did not finish")
     obj = read_json(path)
     if obj.get("status") not in ("ok", "failed"):
-        raise RecordError(f"{path}: status must be 'ok' or 'failed', got {obj.get('status')!r}")
+        raise RecordError(f"{path}: status must be 'ok' or 'failed', got "
+                          f"{str(obj.get('status'))[:40]!r}")
     if "reason" in obj and not isinstance(obj["reason"], str):
         raise RecordError(f"{path}: reason must be a string, got {type(obj['reason']).__name__}")
+    if "side" in obj and obj["side"] not in SIDES:
+        raise RecordError(f"{path}: field 'side' must be one of {SIDES}")
+    if "seed" in obj and (isinstance(obj["seed"], bool) or not isinstance(obj["seed"], int)):
+        raise RecordError(f"{path}: field 'seed' must be an integer")
+    if "run_sha256" in obj and not (isinstance(obj["run_sha256"], str) and len(
+            obj["run_sha256"]) == 64 and all(c in "0123456789abcdef" for c in obj["run_sha256"])):
+        raise RecordError(f"{path}: field 'run_sha256' must be 64 lowercase hex digits")
+    unknown = sorted(set(obj) - {"status", "reason", *DONE_RUN_KEYS})
+    if unknown:
+        raise RecordError(f"{path}: unknown field {str(unknown[0])[:40]!r}")
     return obj
 
 
@@ -438,3 +517,142 @@ def read_run(directory) -> dict:
         "episodes": read_episodes(directory, require_done=False),
         "timing": read_json(timing_path) if timing_path.exists() else None,
     }
+
+
+def recorded_value(run_info: dict | None, names: tuple[str, ...]):
+    """First value found for any of ``names`` (dotted or bare) in run.json ``args``, then
+    ``config``, then ``config["params"]`` (the candidate records the validated params
+    there), then the top level (``seed``).  Returns ``(found, value)``."""
+    if not run_info:
+        return False, None
+    config = run_info.get("config") if isinstance(run_info.get("config"), dict) else {}
+    sources = [run_info.get("args"), config, config.get("params"), run_info]
+    for d in sources:
+        if not isinstance(d, dict):
+            continue
+        for name in names:
+            node, ok = d, True
+            for key in name.split("."):
+                if isinstance(node, dict) and key in node:
+                    node = node[key]
+                else:
+                    ok = False
+                    break
+            if ok and not isinstance(node, dict):
+                return True, node
+    return False, None
+
+
+def protocol_expected(params: dict, side: str, seed: int,
+                      made_by: str | None = None) -> dict:
+    """What a run standing on ``side`` for ``seed`` must record: ``{(name, alias...): value}``.
+
+    The protocol parameters (validated params): seed, profile, rows, eval_every,
+    eval_episodes, and the two-hot decode; the names are those of the implementation that
+    made the run (``made_by``: ``decode`` for the candidate, ``reference.decode`` for the
+    reference), the decode value that of the side it stands on (``decode`` for the
+    candidate side, ``reference.decode`` for the reference side); the replay ``sampler``
+    only for a reference-made run on the reference side.
+
+    Args:
+      params: validated params; side: the side the run stands on; seed: its seed;
+      made_by: the implementation that made it (None: ``side``).
+    """
+    made_by = side if made_by is None else made_by
+    exp = {("seed",): seed, ("profile",): params["profile"], ("rows",): params["rows"],
+           ("eval_every",): params["eval_every"], ("eval_episodes",): params["eval_episodes"]}
+    decode = params["decode"] if side == "candidate" else params["reference"]["decode"]
+    if made_by == "candidate":
+        exp[("decode",)] = decode
+    else:
+        exp[("reference.decode", "decode")] = decode
+        if side == "reference":
+            exp[("reference.sampler", "sampler")] = params["reference"]["sampler"]
+    return exp
+
+
+def protocol_disagreements(params: dict, side: str, seed: int, run_info: dict | None,
+                           made_by: str | None = None) -> tuple[list[str], list[str]]:
+    """A run's recorded protocol parameters against what the round expects of it.
+
+    Returns:
+      ``(wrong, absent)``: one ``"<name> <recorded> != <expected>"`` per parameter
+      recorded with another value (the recorded value cut to 40 characters), and the
+      names recorded nowhere (:func:`recorded_value`); the expectations are
+      :func:`protocol_expected`'s for ``side`` and ``made_by``.
+    """
+    wrong, absent = [], []
+    for names, want in protocol_expected(params, side, seed, made_by).items():
+        found, got = recorded_value(run_info, names)
+        if not found:
+            absent.append(names[0])
+        elif got != want or isinstance(got, bool) != isinstance(want, bool):
+            wrong.append(f"{names[0]} {repr(got)[:40]} != {want!r}")
+    return wrong, absent
+
+
+def check_run_agrees(directory, params: dict | None, side: str, seed: int,
+                     data: dict | None = None, made_by: str | None = None) -> bool:
+    """Require a finished run's files to agree with each other and with the round.
+
+    The one place that decides whether a run of this schema is the run it claims to be:
+
+    * ``run.json`` ``side`` (when recorded) is ``made_by``, the implementation that made
+      the run (a run judged by what produced it, not by the side it stands on), every
+      record of ``records.jsonl`` has that side, and ``run.json`` ``seed`` (when
+      recorded) is the directory's;
+    * ``DONE.json`` names this run (:func:`done_agrees`), or is a legacy marker;
+    * with ``params``: no protocol parameter recorded in ``run.json`` differs from the
+      round's (:func:`protocol_disagreements`; parameters recorded nowhere are the
+      analysis's config check, a FAIL), and a ``DONE.json`` that says ``failed`` is not
+      beside records holding every evaluation point of the round, all ``ok``.
+
+    Args:
+      directory: the run directory.
+      params: the round's validated params, or None (files against each other only).
+      side, seed: the side the run stands on and its seed.
+      data: :func:`read_run`'s dict when already read (else ``DONE.json``, ``run.json``
+        and ``records.jsonl`` are read here, standard library only, so that an entry point
+        can refuse before it imports anything heavy).
+      made_by: the implementation that made the run
+        (:attr:`dreamer_parity.sides.SeedSource.made_by`); None: ``side``.
+
+    Returns:
+      True when ``DONE.json`` is a legacy marker (status only), False when it names its run.
+
+    Raises:
+      RecordError: one line naming the file and what disagrees.
+    """
+    directory = Path(directory)
+    if data is None:
+        data = {"done": read_done(directory), "run": read_run_info(directory / "run.json"),
+                "records": read_records(directory, require_done=False)}
+    info, done = data["run"], data["done"]
+    made_by = side if made_by is None else made_by
+    run_path = directory / "run.json"
+    if info.get("side", made_by) != made_by:
+        raise RecordError(f"{run_path}: side {str(info['side'])[:40]!r}, expected {made_by!r}: "
+                          f"the run directory holds another side's run")
+    if info.get("seed", seed) != seed:
+        raise RecordError(f"{run_path}: seed {str(info['seed'])[:40]}, expected {seed}: the run "
+                          f"directory holds another seed's run")
+    other = [r["side"] for r in data["records"] if r.get("side") != info.get("side", made_by)]
+    if other:
+        raise RecordError(f"{run_path}: side {str(info.get('side', made_by))[:40]!r}, but "
+                          f"records.jsonl holds records of side {str(other[0])[:40]!r}: the "
+                          f"run's files disagree about who made it")
+    legacy = not done_agrees(directory, done, made_by, seed)
+    if params is None:
+        return legacy
+    wrong, _ = protocol_disagreements(params, side, seed, info, made_by)
+    if wrong:
+        raise RecordError(f"{run_path}: {'; '.join(wrong)[:200]}: the run was made with other "
+                          f"parameters than the round's")
+    points = list(range(params["eval_every"], params["rows"] + 1, params["eval_every"]))
+    recs = data["records"]
+    if (done["status"] == "failed" and [r["rows"] for r in recs] == points
+            and all(r["status"] == "ok" for r in recs)):
+        raise RecordError(f"{directory / DONE}: says failed ({str(done.get('reason'))[:80]}) "
+                          f"beside a complete run (records.jsonl holds every evaluation point, "
+                          f"all ok): the run's files disagree")
+    return legacy

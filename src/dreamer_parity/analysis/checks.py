@@ -21,11 +21,11 @@ from functools import lru_cache
 import numpy as np
 
 from dreamer_parity.params import NUM_ENVS
-from dreamer_parity import schedule
+from dreamer_parity import records, schedule
 from dreamer_parity.analysis.runs import Run
 
 __all__ = ["Check", "run_checks", "REFERENCE_COMMIT", "MAX_LENGTH", "version_flags",
-           "LOCKS", "VERSION_PACKAGES"]
+           "LOCKS", "VERSION_PACKAGES", "config_disagreements"]
 
 #: The reference commit (danijar/dreamerv3).
 REFERENCE_COMMIT = "29eb964e2918a3f4db04086f7f51b60388e97f3d"
@@ -50,56 +50,16 @@ class Check:
         return f"{self.status:<4}  {who}{self.name}: {self.detail}"
 
 
-def _lookup(run_info: dict | None, names: tuple[str, ...]):
-    """First value found for any of ``names`` (dotted or bare) in run.json ``args``, then
-    ``config``, then ``config["params"]`` (the candidate records the validated params
-    there), then the top level (``seed``).  Returns ``(found, value)``."""
-    if not run_info:
-        return False, None
-    config = run_info.get("config") if isinstance(run_info.get("config"), dict) else {}
-    sources = [run_info.get("args"), config, config.get("params"), run_info]
-    for d in sources:
-        if not isinstance(d, dict):
-            continue
-        for name in names:
-            node, ok = d, True
-            for key in name.split("."):
-                if isinstance(node, dict) and key in node:
-                    node = node[key]
-                else:
-                    ok = False
-                    break
-            if ok and not isinstance(node, dict):
-                return True, node
-    return False, None
-
-
-def _expected(params: dict, run: Run) -> dict:
-    """The recorded values a run must hold: the names are those of the implementation
-    that made it (``run.made_by``), the decode value that of the side it stands on
-    (``decode`` for the candidate side, ``reference.decode`` for the reference side); the
-    sampler only for a reference-made run on the reference side."""
-    exp = {("seed",): run.seed, ("profile",): params["profile"], ("rows",): params["rows"],
-           ("eval_every",): params["eval_every"], ("eval_episodes",): params["eval_episodes"]}
-    decode = params["decode"] if run.side == "candidate" else params["reference"]["decode"]
-    if run.made_by == "candidate":
-        exp[("decode",)] = decode
-    else:
-        exp[("reference.decode", "decode")] = decode
-        if run.side == "reference":
-            exp[("reference.sampler", "sampler")] = params["reference"]["sampler"]
-    return exp
+def config_disagreements(params: dict, run: Run) -> tuple[list[str], list[str]]:
+    """:func:`dreamer_parity.records.protocol_disagreements` of a loaded run: the names
+    those of the implementation that made it (``run.made_by``), the decode value that of
+    the side it stands on."""
+    return records.protocol_disagreements(params, run.side, run.seed, run.run_info,
+                                          run.made_by)
 
 
 def _config_check(params: dict, run: Run) -> Check:
-    wrong, absent = [], []
-    expected = _expected(params, run)
-    for names, want in expected.items():
-        found, got = _lookup(run.run_info, names)
-        if not found:
-            absent.append(names[0])
-        elif got != want:
-            wrong.append(f"{names[0]} {got!r} != {want!r}")
+    wrong, absent = config_disagreements(params, run)
     if wrong:
         return Check("config equals the round's parameters", "FAIL", "; ".join(wrong), run.side, run.seed)
     if absent and run.source == "published":
@@ -112,7 +72,8 @@ def _config_check(params: dict, run: Run) -> Check:
                      f"run.json records no {', '.join(absent)} (args or config)", run.side, run.seed)
     return Check("config equals the round's parameters", "PASS",
                  "profile, rows, eval_every, eval_episodes, seed, decode" +
-                 (", sampler" if len(expected) == 7 else ""), run.side, run.seed)
+                 (", sampler" if run.made_by == "reference" and run.side == "reference" else ""),
+                 run.side, run.seed)
 
 
 def _provenance_check(run: Run) -> Check:
@@ -148,11 +109,16 @@ def _completion_check(params: dict, run: Run) -> Check:
             return Check(name, "PASS", "published: timing.json has t_end (written after the flush step)",
                          run.side, run.seed)
         return Check(name, "N/A", "published layout has no completion marker", run.side, run.seed)
+    legacy = (" DONE.json names no run (status only, the older marker): read as its "
+              "status, not tied to its run.json" if run.done_legacy else "")
     if run.status == "failed":
         return Check(name, "FLAG", f"run failed ({run.reason}); evaluation points from row "
-                     f"{run.failed_row} count as return 0 (failed_rule {params['stats']['failed_rule']})",
-                     run.side, run.seed)
-    return Check(name, "PASS", "DONE.json status ok", run.side, run.seed)
+                     f"{run.failed_row} count as return 0 (failed_rule {params['stats']['failed_rule']})"
+                     + (";" + legacy if legacy else ""), run.side, run.seed)
+    if legacy:
+        return Check(name, "FLAG", "DONE.json status ok;" + legacy, run.side, run.seed)
+    return Check(name, "PASS", "DONE.json status ok, names this run (side, seed, run.json "
+                 "SHA-256)", run.side, run.seed)
 
 
 @lru_cache(maxsize=16)

@@ -81,7 +81,9 @@ def analyse(params: dict, reference, candidate) -> dict:
 
     Raises:
       AnalysisError / RecordError / sides.SideError: bad input, before any statistic is
-      computed.
+        computed: besides the readers' refusals, a run of our schema whose files disagree
+        with each other or with the round (:func:`dreamer_parity.records.check_run_agrees`,
+        judged by the implementation that made the run).
     """
     seeds = params["seeds"]
     st = params["stats"]
@@ -91,7 +93,7 @@ def analyse(params: dict, reference, candidate) -> dict:
     for side, src in (("reference", reference), ("candidate", candidate)):
         if not isinstance(src, sides_mod.Side):
             src = sides_mod.side_from_dir(src, side, seeds)
-        runs = load_side(src, side, seeds)
+        runs = load_side(src, side, seeds, params=params)
         check_eval_rows(runs, points)
         # "dir" is for messages and reports; "path" (never written out) for reading files
         sides[side] = {**side_table(src), "runs": runs}
@@ -172,9 +174,13 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
     LATE per seed are computed with the same rules; never part of a decision or the gate.
 
     Returns:
-      None when there is no such side; else ``{"dir", "s1": float64 [n_seeds],
-      "late": float64 [n_seeds] | None, "eval": float64 [n_seeds, n_points]}`` (return
-      units, seed order of ``params``; ``eval`` under the round's ``failed_rule``).
+      None when the reference is not a published directory; ``{"dir", "missing": [seed,
+      ...], "s1": None, "late": None, "eval": None}`` when ``ajax/`` is absent or lacks
+      some seeds of the round (the context is not computed, and the summary and report
+      name the missing seeds: every published round holds its candidate); else
+      ``{"dir", "missing": [], "s1": float64 [n_seeds], "late": float64 [n_seeds] | None,
+      "eval": float64 [n_seeds, n_points]}`` (return units, seed order of ``params``;
+      ``eval`` under the round's ``failed_rule``).
 
     Raises:
       AnalysisError: its files are malformed or its evaluation rows are not the round's.
@@ -183,13 +189,16 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
         return None
     d = Path(reference_side["path"]) / "ajax"
     seeds, st = params["seeds"], params["stats"]
-    if not all((d / f"s{s}" / "evals.jsonl").is_file() for s in seeds):
-        return None
+    missing = [s for s in seeds if not (d / f"s{s}" / "evals.jsonl").is_file()]
+    if missing:
+        return {"dir": display_path(d), "missing": missing, "s1": None, "late": None,
+                "eval": None}
     runs = load_side(d, "candidate", seeds)
     check_eval_rows(runs, points)
     rule = st["failed_rule"]
     late = stats.late_values(runs, points, st["late_rows"], rule) if st["late_rows"] else None
-    return {"dir": display_path(d), "s1": stats.s1_values(runs, st["s1_rows"], rule),
+    return {"dir": display_path(d), "missing": [],
+            "s1": stats.s1_values(runs, st["s1_rows"], rule),
             "late": late, "eval": stats.eval_matrix(runs, points, rule)}
 
 
@@ -239,20 +248,24 @@ def run_round(params: dict, root: str | Path = ".", metrics_dir="metrics",
         print(f"error: {e}", file=sys.stderr)
         return 2
     write_outputs(result, metrics_dir, plots_dir, report, prereg=prereg)
+    # Replaced only after the analysis wrote its outputs: a refusal above (exit 2) leaves
+    # every output as it was, this file included.
     records.write_json(Path(metrics_dir) / "train_last_window.json",
                        last_window_metrics(params, result["sides"]))
     failed = [c for c in result["checks"] if c.status == "FAIL"]
     for c in result["checks"]:
         if c.status == "FLAG":
             print(f"flag: {c.line()}", file=sys.stderr)
+    stat = result["gate"]["statistic"] or "s1"
+    line = (gate_mod.console_line(result["gate"], (result.get(stat) or {}).get("decision"))
+            + f"; report {display_path(report)}")
     if failed:
         print(f"{len(failed)} check(s) failed:", file=sys.stderr)
         for c in failed:
             print(f"  {c.line()}", file=sys.stderr)
+        print(line, file=sys.stderr)
         return 1
-    d = result["s1"]["decision"]
-    print(f"S1: A {d['A']:.1f}, reference [{d['lo']:.1f}, {d['hi']:.1f}], LEARNS {d['LEARNS']}, "
-          f"WITHIN_RANGE {d['WITHIN_RANGE']}; report {display_path(report)}")
+    print(line)
     return 0
 
 

@@ -28,7 +28,7 @@ from dreamer_parity.analysis import published_tables, stats
 from dreamer_parity.analysis.load import Run
 
 __all__ = ["PUBLISHED_REPORTS", "run_entropy", "seed_range", "ranges_overlap",
-           "reference_entropy_range", "evaluate", "flat_keys", "report_lines"]
+           "reference_entropy_range", "evaluate", "flat_keys", "report_lines", "console_line"]
 
 #: Published round directory -> the report whose window tables describe its reference runs.
 PUBLISHED_REPORTS = {"round1": "round1/compare.md", "round2": "round2/pairE/compare.md"}
@@ -103,19 +103,25 @@ def evaluate(params: dict, result: dict) -> dict:
 
     Returns:
       ``{"statistic": "s1" | "late" | None, "parts": {name: {"value", "bar", "ok",
-      "reason"}}, "pass": bool | None, "reason": str | None}``; with no gate
+      "reason"}}, "pass": bool | None, "reason": str | None, "verdict": "pass" | "fail" |
+      "undecided" | "no gate" | "no verdict", "withheld": str | None}``; with no gate
       (``gate.statistic: none``) ``parts`` is empty and ``pass`` None with the reason.
+      When any check of ``result["checks"]`` failed, the verdict is withheld: ``pass``
+      None, ``verdict`` ``"no verdict"``, ``withheld`` naming the failed checks.
     """
     g = params["gate"]
     stat = g["statistic"]
     if stat == "none":
-        return {"statistic": None, "parts": {}, "pass": None,
-                "reason": "this round pre-registers no gate (gate.statistic: none)"}
+        return _withhold({"statistic": None, "parts": {}, "pass": None, "verdict": "no gate",
+                          "withheld": None,
+                          "reason": "this round pre-registers no gate (gate.statistic: none)"},
+                         result)
     sec = result[stat]
     dec = sec.get("decision")
     if dec is None:
-        return {"statistic": stat, "parts": {}, "pass": None,
-                "reason": sec.get("reason") or f"{stat} not computed"}
+        return _withhold({"statistic": stat, "parts": {}, "pass": None, "verdict": "undecided",
+                          "withheld": None,
+                          "reason": sec.get("reason") or f"{stat} not computed"}, result)
     parts = {}
     if g["learns"]:
         parts["learns"] = {"value": dec["A"], "bar": dec["lo"], "ok": dec["LEARNS"],
@@ -142,8 +148,28 @@ def evaluate(params: dict, result: dict) -> dict:
     oks = [p["ok"] for p in parts.values()]
     verdict = False if False in oks else (None if None in oks else True)
     undecided = [f"{k}: {p['reason']}" for k, p in parts.items() if p["ok"] is None]
-    return {"statistic": stat, "parts": parts, "pass": verdict,
-            "reason": "; ".join(undecided) if verdict is None else None}
+    out = {"statistic": stat, "parts": parts, "pass": verdict,
+           "reason": "; ".join(undecided) if verdict is None else None,
+           "verdict": {True: "pass", False: "fail", None: "undecided"}[verdict],
+           "withheld": None}
+    return _withhold(out, result)
+
+
+def _withhold(gate: dict, result: dict) -> dict:
+    """Withhold the verdict of a gate when a check of the round failed.
+
+    A failed check means the evidence is not the round's (another run, a broken file, an
+    inconsistent episode log): the parts stay listed, ``pass`` becomes None, ``verdict``
+    ``"no verdict"`` and ``withheld`` names the failed checks (at most three, then a count).
+    """
+    failed = [c for c in result.get("checks") or [] if c.status == "FAIL"]
+    if not failed:
+        return gate
+    names = [f"{c.name}" + (f" ({c.side} s{c.seed})" if c.side else "") for c in failed]
+    text = (f"{len(failed)} check(s) failed: " + "; ".join(names[:3])
+            + (f"; +{len(names) - 3} more" if len(names) > 3 else ""))
+    return {**gate, "pass": None, "verdict": "no verdict", "withheld": text,
+            "reason": f"verdict withheld: {text}"}
 
 
 def _num(v):
@@ -157,7 +183,8 @@ def _num(v):
 
 def flat_keys(gate: dict) -> dict:
     """The gate as flat metric keys ``gate.*`` (null plus ``.reason`` where undecided)."""
-    out = {"gate.statistic": gate["statistic"], "gate.pass": gate["pass"]}
+    out = {"gate.statistic": gate["statistic"], "gate.pass": gate["pass"],
+           "gate.verdict": gate.get("verdict"), "gate.withheld": bool(gate.get("withheld"))}
     if gate["reason"]:
         out["gate.pass.reason"] = gate["reason"]
     for name, p in gate["parts"].items():
@@ -180,18 +207,51 @@ _WORDS = {"learns": "candidate mean >= lowest reference seed (LEARNS)",
 
 def report_lines(gate: dict) -> list[str]:
     """Markdown lines of the gate section of ``results/report.md``."""
+    if gate.get("withheld"):
+        head = (f"The pre-registered gate on {gate['statistic'].upper()}: **no verdict**"
+                if gate["statistic"] else "**No verdict**")
+        lines = [f"{head}: {gate['withheld']}; the round's evidence is not read until every "
+                 f"check passes."]
+        if not gate["parts"]:
+            return lines
+        lines += ["", "| part | candidate | bar | holds (not read) |", "| --- | --- | --- | --- |"]
+        return lines + _part_rows(gate)
     if gate["statistic"] is None:
         return [f"No gate: {gate['reason']}."]
     verdict = {True: "**passes**", False: "**fails**", None: "**cannot be decided**"}[gate["pass"]]
     lines = [f"The pre-registered gate on {gate['statistic'].upper()} {verdict}"
              + (f" ({gate['reason']})." if gate["reason"] else "."), "",
              "| part | candidate | bar | holds |", "| --- | --- | --- | --- |"]
+    return lines + _part_rows(gate)
 
+
+def _part_rows(gate: dict) -> list[str]:
+    """One Markdown table row per gate part: its words, value, bar and whether it holds."""
     def fmt(v):
         if isinstance(v, list):
             return "[" + ", ".join("n/a" if x is None else f"{x:.4f}" for x in v) + "]"
         return "n/a" if v is None else f"{v:.4g}"
+    lines = []
     for name, p in gate["parts"].items():
         holds = {True: "yes", False: "no", None: "n/a"}[p["ok"]]
         lines.append(f"| {_WORDS[name]} | {fmt(p['value'])} | {fmt(p['bar'])} | {holds} |")
     return lines
+
+
+def console_line(gate: dict, decision: dict | None) -> str:
+    """The console line of ``compare``: the gate's statistic and its verdict.
+
+    Args:
+      gate: :func:`evaluate`'s dict.
+      decision: the decision on the gate's statistic (``result[stat]["decision"]``), or
+        the S1 decision for a round without a gate; None when not computed.
+    """
+    name = (gate["statistic"] or "s1").upper()
+    text = f"gate {gate['statistic'].upper() if gate['statistic'] else 'none'}: " \
+           f"{gate.get('verdict')}"
+    if gate.get("withheld"):
+        text += f" ({gate['withheld']})"
+    if decision is not None and decision.get("A") is not None:
+        text += (f"; {name}: A {decision['A']:.1f}, reference [{decision['lo']:.1f}, "
+                 f"{decision['hi']:.1f}], LEARNS {decision['LEARNS']}")
+    return text

@@ -28,13 +28,16 @@ __all__ = ["AnalysisError", "Run", "load_side", "display_path", "check_eval_rows
            "load_run"]
 
 
-def _records_run(directory: Path, side: str, seed: int, made_by: str) -> Run:
+def _records_run(directory: Path, side: str, seed: int, made_by: str,
+                 params: dict | None = None) -> Run:
     label = display_path(directory)
     if not directory.is_dir():
         raise AnalysisError(f"{label}: run directory of {side} seed {seed} not found")
     data = records.read_run(directory)  # raises RecordError naming file and line
     recs = data["records"]
     path = directory / "records.jsonl"
+    legacy = records.check_run_agrees(directory, params, side, seed, data=data,
+                                      made_by=made_by)
     for i, r in enumerate(recs, 1):
         if r["side"] != made_by:
             raise AnalysisError(f"{display_path(path)}:{i}: side {r['side']!r}, but run.json "
@@ -79,27 +82,36 @@ def _records_run(directory: Path, side: str, seed: int, made_by: str) -> Run:
     return Run(side=side, seed=seed, source="records", label=label, status=status,
                reason=reason, failed_row=failed_row, evals=evals,
                eval_returns=[r["eval_returns"] for r in recs], train=train, episodes=episodes,
-               run_info=data["run"], timing=data["timing"], made_by=made_by)
+               run_info=data["run"], timing=data["timing"], made_by=made_by,
+               done_legacy=legacy)
 
 
-def load_run(src: sides_mod.SeedSource, side: str) -> Run:
+def load_run(src: sides_mod.SeedSource, side: str, params: dict | None = None) -> Run:
     """Load one seed of ``side`` from its :class:`~dreamer_parity.sides.SeedSource`.
+
+    Args:
+      src: where the seed comes from; side: the side it stands on.
+      params: the round's validated params: a run of our schema must then agree with
+        them as well as with itself (:func:`dreamer_parity.records.check_run_agrees`,
+        judged by ``src.made_by``); None checks only that its files agree.
 
     Raises:
       AnalysisError / RecordError: the run directory is missing, has no completion
-      marker, or holds a truncated or malformed file (the message names file and line).
+      marker, holds a truncated or malformed file (the message names file and line), or
+      files that disagree with each other or the round.
     """
     if src.layout == "published":
         run = published.load_run_dir(Path(src.run_dir), side, src.seed, src.made_by)
     elif src.layout == "records":
-        run = _records_run(Path(src.run_dir), side, src.seed, src.made_by)
+        run = _records_run(Path(src.run_dir), side, src.seed, src.made_by, params)
     else:
         raise ValueError(f"unknown layout {src.layout!r}")
     run.origin = src.source
     return run
 
 
-def load_side(source, side: str, seeds: list[int] | None = None) -> list[Run]:
+def load_side(source, side: str, seeds: list[int] | None = None,
+              params: dict | None = None) -> list[Run]:
     """Load the runs of one side, one per seed, in the order of the side's seeds.
 
     Args:
@@ -107,13 +119,17 @@ def load_side(source, side: str, seeds: list[int] | None = None) -> list[Run]:
         or a directory, resolved by :func:`dreamer_parity.sides.side_from_dir`.
       side: ``"reference"`` or ``"candidate"``.
       seeds: the round's seeds (params ``seeds``); needed with a directory.
+      params: the round's validated params: each run of our schema must then agree with
+        them as well as with itself (:func:`dreamer_parity.records.check_run_agrees`);
+        None checks only that its files agree with each other.
 
     Returns:
       A list of :class:`Run`.
 
     Raises:
       AnalysisError / RecordError: a run directory is missing, has no completion marker,
-      or holds a truncated or malformed file (the message names file and line);
+      holds a truncated or malformed file (the message names file and line), or files
+      that disagree;
       sides.SideError: a directory without a run of a seed.
     """
     if side not in records.SIDES:
@@ -123,7 +139,7 @@ def load_side(source, side: str, seeds: list[int] | None = None) -> list[Run]:
             raise ValueError("load_side: seeds are needed with a directory")
         source = sides_mod.side_from_dir(source, side, seeds)
     entries = source.seeds if seeds is None else [source.by_seed(int(s)) for s in seeds]
-    return [load_run(e, side) for e in entries]
+    return [load_run(e, side, params) for e in entries]
 
 
 def check_eval_rows(runs: list[Run], expected: list[int]) -> None:

@@ -193,7 +193,12 @@ def summary(result: dict) -> dict:
     out["checks.flagged"] = counts.get("FLAG", 0)
     out["checks.not_available"] = counts.get("N/A", 0)
     ctx = result.get("context")
-    if ctx is not None:
+    if ctx is not None and ctx.get("missing"):
+        out["context.study_candidate.missing"] = ", ".join(f"s{s}" for s in ctx["missing"])
+        out["context.study_candidate.reason"] = (
+            f"{ctx['dir']} lacks seeds {ctx['missing']} of the round: the study's candidate "
+            f"is not scored")
+    elif ctx is not None:
         for name in ("s1", "late"):
             if ctx[name] is not None:
                 key = f"context.study_candidate.{name.upper()}"

@@ -184,7 +184,10 @@ def plain_words(result: dict) -> list[str]:
     if ctx is not None and ctx.get(stat) is not None:
         L.append(f"* For context, the study's own candidate on the same protocol: mean "
                  f"{_f(np.mean(ctx[stat]))} (never gated).")
-    if g.get("pass") is True:
+    if g.get("withheld"):
+        L.append(f"* **No verdict**: {g['withheld']}. The gate on {name} is not read while a "
+                 f"check fails (the Checks section lists them).")
+    elif g.get("pass") is True:
         L.append("* **The pre-registered gate passed**: every part held: "
                  + "; ".join(_gate_part_words(k, v) for k, v in g["parts"].items()) + ".")
     elif g.get("pass") is False:
@@ -351,7 +354,12 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
              f"points)." if st["late_rows"] else f"LATE: {result['late']['reason']}."), ""]
     L += _decision_rows(result)
     ctx = result.get("context")
-    if ctx is not None:
+    if ctx is not None and ctx.get("missing"):
+        L += ["", "### The study's own candidate (context, never gated)", "",
+              f"The published round's `{ctx['dir']}` lacks seeds "
+              f"{', '.join(str(s) for s in ctx['missing'])} of this round: the study's own "
+              f"candidate is not scored here."]
+    elif ctx is not None:
         L += ["", "### The study's own candidate (context, never gated)", "",
               f"The published round also holds the study's own JAX candidate (`{ctx['dir']}`), "
               "scored here with the same rules:", "",

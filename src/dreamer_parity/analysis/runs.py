@@ -64,6 +64,8 @@ class Run:
       made_by: ``"candidate"`` or ``"reference"``: the implementation that produced the
         run (:mod:`dreamer_parity.sides`); the checks judge the run by it.  Defaults to
         ``side``.
+      done_legacy: True when ``DONE.json`` holds only its status (no ``side``, ``seed``,
+        ``run_sha256``: it does not name the run it closes); the checks flag it.
       origin: the side's source of this seed (``"run"`` or a directory), or None.
     """
 
@@ -83,6 +85,7 @@ class Run:
     unavailable: dict = field(default_factory=dict)
     made_by: str | None = None
     origin: str | None = None
+    done_legacy: bool = False
 
     def __post_init__(self):
         if self.made_by is None:
