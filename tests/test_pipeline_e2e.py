@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from dreamer_parity import params as P
-from dreamer_parity import pipeline
+from dreamer_parity import records
 
 from pipeline_helpers import (dvc, git, lock_stage, make_clone, ran_stages,
                               set_params, tree_digest)
@@ -72,7 +72,7 @@ def test_smoke_repro_runs_both_sides(smoke):
         done = json.loads((clone / f"results/reference/s{s}/DONE.json").read_text())
         assert done["status"] == "ok", (s, done)
         # the candidate side (layout checked by the next test)
-        d = pipeline._side_run_dir(clone / "results/candidate", "candidate", s)
+        d = records.run_dir(clone / "results", "candidate", s)
         assert json.loads((d / "DONE.json").read_text())["status"] == "ok", (s, d)
     summary = json.loads((clone / "metrics/summary.json").read_text())
     for s in P.SMOKE["seeds"]:
