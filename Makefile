@@ -49,7 +49,7 @@ run: venv params-check setup
 
 # The smoke round (both sides run at tiny widths: needs the reference set-up) as an
 # experiment in the workspace; -f replaces an earlier `smoke` experiment.  Afterwards the
-# workspace holds the smoke round: `git checkout params.yaml dvc.lock && dvc pull` returns to HEAD.
+# workspace holds the smoke round: `git checkout params.yaml dvc.lock metrics results/report.md && dvc pull` returns to HEAD.
 smoke: venv params-check reference-setup
 	$(DVC) exp run -f -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
 	$(DVC) metrics diff HEAD smoke

@@ -49,7 +49,7 @@ def caption(command: str = "dvc repro compare") -> str:
     command that reproduces it."""
     import datetime
     import platform
-    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     return (f"made {day} on {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs; "
             f"reproduce: {command}")
 
