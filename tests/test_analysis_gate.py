@@ -89,3 +89,21 @@ def test_no_gate_and_undecidable_entropy(published_dir, tmp_path):
     assert r["lo"] is None and "no training-metric windows for round3" in r["reason"]
     assert gate.ranges_overlap(0.1, 0.2, None, 0.3) is None
     assert gate.seed_range([np.nan, 1.0, 3.0]) == {"lo": 1.0, "hi": 3.0, "mean": 2.0, "n": 2}
+
+
+def test_an_undecided_welch_part_explains_its_nulls():
+    """One seed per side: Welch's p is undefined; the flat keys give the part's reason, and
+    summary.json's null check accepts them (it refused them before)."""
+    from dreamer_parity.analysis import metrics_out, stats
+
+    dec = {"A": 285.9, "lo": 307.6, "LEARNS": False, "welch": stats.welch([285.9], [307.6])}
+    params = {"gate": {"statistic": "late", "learns": True, "mean_min": None,
+                       "welch_p_min": 0.05, "entropy_overlap_rows": None}}
+    g = gate.evaluate(params, {"late": {"decision": dec}, "checks": []})
+    flat = gate.flat_keys(g)
+    assert flat["gate.welch_p.value"] is None and flat["gate.welch_p.ok"] is None
+    assert flat["gate.welch_p.reason"] == "needs at least 2 seeds per side (candidate 1, reference 1)"
+    assert flat["gate.verdict"] == "fail"        # LEARNS failed, whatever Welch would say
+    assert metrics_out.missing_reasons(flat) == []
+    del flat["gate.welch_p.reason"]
+    assert metrics_out.missing_reasons(flat) == ["gate.welch_p.value", "gate.welch_p.ok"]

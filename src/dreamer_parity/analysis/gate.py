@@ -182,7 +182,8 @@ def _num(v):
 
 
 def flat_keys(gate: dict) -> dict:
-    """The gate as flat metric keys ``gate.*`` (null plus ``.reason`` where undecided)."""
+    """The gate as flat metric keys ``gate.*`` (null plus ``gate.<part>.reason`` where a part
+    is undecided, e.g. Welch's p with one seed on a side)."""
     out = {"gate.statistic": gate["statistic"], "gate.pass": gate["pass"],
            "gate.verdict": gate.get("verdict"), "gate.withheld": bool(gate.get("withheld"))}
     if gate["reason"]:
@@ -194,8 +195,8 @@ def flat_keys(gate: dict) -> dict:
         else:
             out[f"gate.{name}.value"], out[f"gate.{name}.bar"] = _num(p["value"]), _num(p["bar"])
         out[f"gate.{name}.ok"] = p["ok"]
-        if p["ok"] is None:
-            out[f"gate.{name}.ok.reason"] = p["reason"]
+        if p["ok"] is None:   # explains the part's null value and ok alike
+            out[f"gate.{name}.reason"] = p["reason"]
     return out
 
 

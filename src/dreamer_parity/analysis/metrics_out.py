@@ -241,11 +241,13 @@ def missing_reasons(s: dict) -> list[str]:
     for k, v in s.items():
         if v is not None or k.endswith(".reason"):
             continue
-        parts = k.split(".")
-        parts = [_ALIASES.get(p, p) for p in parts]
+        raw = k.split(".")
+        parts = [_ALIASES.get(p, p) for p in raw]
         if parts[0] == "concordance" and parts[-1] == "rate":
             parts = ["concordance", "rate"]
-        ok = any(s.get(".".join(parts[:i]) + ".reason") for i in range(len(parts), 0, -1))
+        # the key's own prefixes (gate.welch_p.reason), then its group's (LATE.welch.reason)
+        ok = any(s.get(".".join(ps[:i]) + ".reason")
+                 for ps in (raw, parts) for i in range(len(ps), 0, -1))
         if not ok and parts[-1] == "mean":
             stem = ".".join(parts[:-1]) + ".s"
             ok = any(r.startswith(stem) and r.endswith(".reason") and s[r] for r in s)
