@@ -25,8 +25,8 @@ SMALL = {"round": "t", "seeds": [0, 1, 2], "rows": 2400, "eval_every": 400,
                    "concordance_rows": [2000, 2400], "concordance_range": [1600, 2400]}}
 
 
-def _params(**over):
-    raw = json.loads(json.dumps(SMALL))
+def _validated(raw: dict, over: dict) -> dict:
+    """``raw`` with dotted keys of ``over`` set, validated."""
     for key, v in over.items():
         node = raw
         parts = key.split(".")
@@ -34,17 +34,14 @@ def _params(**over):
             node = node.setdefault(p, {})
         node[parts[-1]] = v
     return P.validate(raw)
+
+
+def _params(**over):
+    return _validated(json.loads(json.dumps(SMALL)), over)
 
 
 def _round3(**over):
-    raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    for key, v in over.items():
-        node = raw
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = v
-    return P.validate(raw)
+    return _validated(yaml.safe_load((REPO / "params.yaml").read_text()), over)
 
 
 @pytest.fixture
