@@ -48,7 +48,7 @@ def test_repository_params_file_is_the_round3_candidate_round():
     assert p["stats"] == {"s1_rows": [16000, 18000, 20000], "late_rows": [12000, 24000],
                           "good_return": 400.0, "concordance_rows": [20000, 24000],
                           "concordance_range": [16000, 24000], "equivalence_margin": 0.1,
-                          "failed_rule": "zero"}
+                          "signature_rows": [], "persistence_rows": [], "failed_rule": "zero"}
     assert len([r for r in eval_points(p) if 12000 <= r <= 24000]) == 31
     assert p["gate"] == {"statistic": "late", "learns": True, "mean_min": None,
                          "welch_p_min": 0.05, "entropy_overlap_rows": None}
@@ -63,7 +63,7 @@ def test_missing_keys_take_the_round1_values():
     assert p["stats"] == {"s1_rows": [16000, 18000, 20000], "late_rows": [],
                           "good_return": 400.0, "concordance_rows": [20000],
                           "concordance_range": [16000, 20000], "equivalence_margin": 0.1,
-                          "failed_rule": "zero"}
+                          "signature_rows": [], "persistence_rows": [], "failed_rule": "zero"}
     assert isinstance(p["stats"]["good_return"], float)
     assert eval_points(p) == list(range(2000, 20001, 2000))
 

@@ -140,6 +140,14 @@ SCHEMA: dict[str, Field] = {
         "float", 0.10,
         doc="equivalence (TOST) margin on the primary statistic, as a fraction of the "
             "reference side's mean of it (a labelled addition, never the round's gate)"),
+    "stats.signature_rows": Field(
+        "int_list", [],
+        doc="window ends (rows) where the two sides' windows are tested one by one and the "
+            "early D22 signature is read (analysis/window_tests.py); empty: none"),
+    "stats.persistence_rows": Field(
+        "int_pair_or_empty", [],
+        doc="[first, last] window ends over which each seed's mean of every window metric "
+            "is compared between the sides (analysis/window_tests.py); empty: none"),
     "gate.statistic": Field("str", "none", ("none", "s1", "late"),
                             "the statistic the round's gate reads (none: the round has no gate)"),
     "gate.learns": Field("bool", False,
@@ -175,6 +183,8 @@ SMOKE = {
     "stats.late_rows": [],
     "stats.concordance_rows": [1200],
     "stats.concordance_range": [400, 1200],
+    "stats.signature_rows": [],
+    "stats.persistence_rows": [],
     "gate.statistic": "none",
     "gate.learns": False,
     "gate.mean_min": None,
@@ -419,17 +429,17 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
     erows = typed["gate.entropy_overlap_rows"]
     if erows is not None and erows not in points:
         raise ParamsError("gate.entropy_overlap_rows", f"{erows} is not an evaluation point")
-    for key in ("stats.s1_rows", "stats.concordance_rows"):
+    for key in ("stats.s1_rows", "stats.concordance_rows", "stats.signature_rows"):
         missing = [r for r in typed[key] if r not in points]
         if missing:
             raise ParamsError(key, f"rows {missing} are not evaluation points "
                                    f"(multiples of eval_every={typed['eval_every']} up to rows={typed['rows']})")
     if not typed["stats.s1_rows"]:
         raise ParamsError("stats.s1_rows", "needs at least one row")
-    for key in ("stats.s1_rows", "stats.concordance_rows"):
+    for key in ("stats.s1_rows", "stats.concordance_rows", "stats.signature_rows"):
         if len(set(typed[key])) != len(typed[key]):
             raise ParamsError(key, f"duplicate rows in {typed[key]}")
-    for key in ("stats.late_rows", "stats.concordance_range"):
+    for key in ("stats.late_rows", "stats.concordance_range", "stats.persistence_rows"):
         rng = typed[key]
         if rng:
             inside = [p for p in points if rng[0] <= p <= rng[1]]
@@ -658,7 +668,8 @@ def load(path: str | Path = "params.yaml") -> dict:
 
 
 def smoke_overrides() -> list[str]:
-    """The ``-S key=value`` overrides that turn params.yaml into the smoke round."""
+    """The ``-S ++key=value`` overrides that turn params.yaml into the smoke round
+    (``++``: set the key, adding it where params.yaml leaves it to its default)."""
     out = []
     for key, v in SMOKE.items():
         if isinstance(v, list):
@@ -667,7 +678,7 @@ def smoke_overrides() -> list[str]:
             v = "null"
         elif isinstance(v, bool):
             v = str(v).lower()
-        out += ["-S", f"{key}={v}"]
+        out += ["-S", f"++{key}={v}"]
     return out
 
 

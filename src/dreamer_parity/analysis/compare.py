@@ -74,7 +74,7 @@ def analyse(params: dict, reference, candidate) -> dict:
     Returns:
       A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
       ``params, points, sides, eval, s1, s2, late, concordance, reading, windows,
-      entropy, side_windows, checks, failed_seeds, additions``.  ``s2`` holds each side's
+      entropy, side_windows, window_tests, checks, failed_seeds, additions``.  ``s2`` holds each side's
       curve and last-row values where that side has training episodes (``side_reason``
       per side), the decision only when both have them; ``side_windows`` is
       :func:`windows.compute` (each side's own windows) (:func:`additions.compute`).  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
@@ -149,6 +149,9 @@ def analyse(params: dict, reference, candidate) -> dict:
         None if n_win else f"{stats.ENTROPY} not reported by both sides")
     out["entropy"] = {"overlap": n_ov, "windows": n_win, "reason": ent_reason}
     out["side_windows"] = windows_mod.compute({"reference": ref, "candidate": cand})
+    # the round's pre-registered window tests (stats.signature_rows, stats.persistence_rows)
+    from dreamer_parity.analysis import window_tests
+    out["window_tests"] = window_tests.compute(out["side_windows"], params)
 
     out["checks"] = checks_mod.run_checks(params, ref, cand)
     out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]

@@ -17,7 +17,9 @@ Also ``concordance.<side>.at_<row>``, ``concordance.<side>.rate``,
 ``entropy.windows``, ``entropy.w<row>.overlap``, ``entropy.w<row>.ratio`` (both sides),
 ``entropy.<side>.w<row>.mean|lo|hi`` and ``entropy.<side>.windows`` for each side that
 has windows (:func:`windows.entropy_keys`; ``entropy.<side>.reason`` otherwise), ``checks.*``,
-``failed_seeds.<side>``, ``failed_rule``, and the labelled additions ``addition.*``
+``failed_seeds.<side>``, ``failed_rule``, the pre-registered window tests where the
+round names them (``signature.*``, ``persistence.*``: :func:`window_tests.summary_keys`),
+and the labelled additions ``addition.*``
 (:func:`additions.summary_keys`: ``addition.tost.*``, ``addition.rliable.*``,
 ``addition.collapse.<side>.s<seed>`` with ``.best``, ``.best_row``, ``.final``).  Every
 null value has a ``*.reason`` key.
@@ -174,6 +176,9 @@ def summary(result: dict) -> dict:
     if result.get("side_windows") is not None:
         from dreamer_parity.analysis import windows
         out.update(windows.entropy_keys(result["side_windows"]))
+    if result.get("window_tests") is not None:
+        from dreamer_parity.analysis import window_tests
+        out.update(window_tests.summary_keys(result["window_tests"]))
     t = result["windows"]["table"]
     if t is not None:
         for _, row in t[t["metric"] == stats.ENTROPY].iterrows():
