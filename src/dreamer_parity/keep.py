@@ -1,0 +1,156 @@
+"""Keep a finished run as data: copy its records-schema files into a runs directory.
+
+A run made apart from a round's stages (a one-seed experiment, a frozen clone, another
+machine, another implementation that writes the records schema) becomes usable as a side
+of any round once its files sit under ``data/`` (docs/SIDES.md). This command copies
+them there, checked first::
+
+    python -m dreamer_parity.keep <run dir> data/runs/<name> [--params FILE] [--set KEY=VALUE ...]
+
+It copies ``records.jsonl``, ``episodes.jsonl``, ``run.json``, ``timing.json`` (when
+present) and ``DONE.json`` into ``data/runs/<name>/s<seed>/``, where ``seed`` is the
+run's own (``run.json``). Nothing else is copied (final parameters stay out of git).
+
+Before anything is written, the run is read as the analysis reads it
+(:func:`dreamer_parity.records.read_run`: a run without ``DONE.json`` is unfinished and
+refused) and checked against itself
+(:func:`dreamer_parity.records.check_run_agrees`, judged by the implementation named in
+its ``run.json``). With ``--params`` (optionally changed by ``--set``, as ``dvc exp run
+-S`` would change it) the run must also have been made with that round's protocol
+parameters. The copy is written into a temporary directory beside the destination and
+renamed into place. A destination that already holds the same files is left as it is
+(exit 0). One that holds other files is refused.
+
+Exit status: 0 kept or already kept; 2 refused (one line ``error: ...`` on stderr,
+nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from dreamer_parity import params as P
+from dreamer_parity import records
+
+__all__ = ["KEPT_FILES", "KeepError", "keep", "main"]
+
+#: The files of a run that are kept, in the order they are copied (DONE.json last).
+KEPT_FILES = ("records.jsonl", "episodes.jsonl", "run.json", "timing.json", records.DONE)
+
+
+class KeepError(ValueError):
+    """A run cannot be kept; the message is one line naming the file or argument."""
+
+
+def _set(raw: dict, assignment: str) -> None:
+    key, sep, value = assignment.partition("=")
+    if not sep or not key:
+        raise KeepError(f"--set {assignment!r}: expected KEY=VALUE")
+    *parents, last = key.split(".")
+    d = raw
+    for k in parents:
+        d = d.setdefault(k, {})
+        if not isinstance(d, dict):
+            raise KeepError(f"--set {key}: {k} is not a section")
+    d[last] = P.parse_yaml(value) if value else value
+
+
+def load_params(params_file: str | None, sets: list[str]) -> dict | None:
+    """The round's validated params from ``params_file`` with ``sets`` applied, or None.
+
+    Raises:
+      KeepError: a malformed ``--set``, or the params.ParamsError line.
+    """
+    if params_file is None:
+        if sets:
+            raise KeepError("--set needs --params")
+        return None
+    try:
+        raw = P.load(params_file)
+        for s in sets:
+            _set(raw, s)
+        return P.validate(raw)
+    except P.ParamsError as e:
+        raise KeepError(str(e)) from None
+    except FileNotFoundError:
+        raise KeepError(f"--params {params_file}: not found") from None
+
+
+def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
+    """Copy one finished run into ``dest/s<seed>/``, checked first.
+
+    Args:
+      src: the run directory (records schema, ``DONE.json`` present).
+      dest: the runs directory (created if absent).
+      params: the round's validated params the run must agree with, or None.
+
+    Returns:
+      ``(run directory written or found, True when it was written)``.
+
+    Raises:
+      KeepError: the run is unfinished, unreadable or disagrees with itself or with
+        ``params``; ``run.json`` names no side or seed; or ``dest/s<seed>`` holds other
+        files. Nothing is written.
+    """
+    src, dest = Path(src), Path(dest)
+    if not src.is_dir():
+        raise KeepError(f"{src}: not a directory")
+    try:
+        data = records.read_run(src)
+        info = data["run"]
+        if info.get("side") not in records.SIDES or not isinstance(info.get("seed"), int):
+            raise KeepError(f"{src / 'run.json'}: side and seed must be recorded to keep a run "
+                            f"(side {str(info.get('side'))[:40]!r}, seed {str(info.get('seed'))[:40]})")
+        side, seed = info["side"], info["seed"]
+        records.check_run_agrees(src, params, side, seed, data=data, made_by=side)
+    except records.RecordError as e:
+        raise KeepError(str(e)) from None
+    names = [n for n in KEPT_FILES if (src / n).is_file()]
+    target = dest / f"s{seed}"
+    if target.exists():
+        have = sorted(p.name for p in target.iterdir())
+        same = have == sorted(names) and all(
+            (target / n).read_bytes() == (src / n).read_bytes() for n in names)
+        if same:
+            return target, False
+        raise KeepError(f"{target}: holds another run (or other files); remove it first to "
+                        f"replace it")
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / f".s{seed}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        for n in names:
+            shutil.copyfile(src / n, tmp / n)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return target, True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.keep", description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", help="a finished run directory (records schema)")
+    ap.add_argument("dest", help="the runs directory, e.g. data/runs/<name>")
+    ap.add_argument("--params", default=None, help="the round's params file the run must agree with")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a parameter of --params first (as dvc exp run -S)")
+    a = ap.parse_args(argv)
+    try:
+        params = load_params(a.params, a.set)
+        target, written = keep(a.src, a.dest, params)
+    except KeepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{'kept' if written else 'already kept'}: {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
