@@ -278,3 +278,19 @@ def test_plots_diff_renders_two_revisions_offline(tmp_path):
     # the CLI: an unknown target is a one-line error, exit 2
     assert plots_diff.main(["a", "HEAD", "--repo", str(repo), "--target", "nope.csv",
                             "--out", str(tmp_path / "x.png")]) == 2
+
+
+@pytest.mark.parametrize("shift, spread, reading", [
+    (0.0, 1.0, "equivalent"), (-80.0, 1.0, "deficit"), (80.0, 1.0, "candidate ahead"),
+    (-10.0, 20.0, "inconclusive")])
+def test_tost_reading_of_the_interval(shift, spread, reading):
+    """The reading follows the 90% interval: inside the margin, wholly below 0, wholly
+    above 0, else inconclusive (docs/rounds/round3-10seeds.md)."""
+    c = R + shift + spread * np.array([3.0, -2.0, 1.0, -1.0, -1.0])
+    t = additions.tost(c, R, 0.10)
+    assert t["reading"] == reading
+    m = t["margin"]
+    assert (reading == "equivalent") == (-m < t["ci_lo"] and t["ci_hi"] < m)
+    if reading != "equivalent":
+        assert (reading == "deficit") == (t["ci_hi"] < 0)
+        assert (reading == "candidate ahead") == (t["ci_lo"] > 0)

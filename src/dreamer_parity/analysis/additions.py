@@ -52,7 +52,7 @@ import warnings
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["tost", "tost_power", "tost_seeds_needed", "rliable_block", "iqm_and_mean",
+__all__ = ["tost", "tost_reading", "tost_power", "tost_seeds_needed", "rliable_block", "iqm_and_mean",
            "probability_of_improvement", "performance_profile", "collapse_flags", "compute",
            "summary_keys", "report_lines", "MAX_RETURN", "ALPHA", "POWER",
            "RELIABLE_REPS", "RELIABLE_SEED", "COLLAPSE_FRACTION", "TAUS"]
@@ -77,13 +77,14 @@ def tost(cand, ref, margin_frac: float, alpha: float = ALPHA, power: float = POW
     """Equivalence test of mean(candidate) - mean(reference) within +-margin_frac * |mean(ref)|.
 
     Returns ``{"diff", "margin", "margin_frac", "ref_mean", "p_lower", "p_upper", "df",
-    "ci_lo", "ci_hi", "verdict", "min_margin", "min_margin_frac", "seeds_needed",
+    "ci_lo", "ci_hi", "verdict", "reading" (:func:`tost_reading`), "min_margin", "min_margin_frac", "seeds_needed",
     "reason", "seeds_needed_reason", "min_margin_frac_reason"}``; a value that is
     undefined is None and ``reason`` (or the specific ``*_reason``) says why (never NaN).
     """
     c, r = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     out = {k: None for k in ("diff", "margin", "ref_mean", "p_lower", "p_upper", "df", "ci_lo",
-                             "ci_hi", "verdict", "min_margin", "min_margin_frac", "seeds_needed")}
+                             "ci_hi", "verdict", "reading", "min_margin", "min_margin_frac",
+                             "seeds_needed")}
     out.update(margin_frac=float(margin_frac), reason=None, seeds_needed_reason=None,
                min_margin_frac_reason=None)
     if len(c) < 2 or len(r) < 2:
@@ -118,6 +119,7 @@ def tost(cand, ref, margin_frac: float, alpha: float = ALPHA, power: float = POW
             hi = sps.ttest_ind(c - margin, r, equal_var=False, alternative="less")
         out["p_lower"], out["p_upper"] = float(lo.pvalue), float(hi.pvalue)
         out["verdict"] = "equivalent" if max(out["p_lower"], out["p_upper"]) < alpha else "not shown"
+        out["reading"] = tost_reading(out)
     out["min_margin"] = max(abs(out["ci_lo"]), abs(out["ci_hi"]))
     if rm != 0.0:
         out["min_margin_frac"] = out["min_margin"] / abs(rm)
@@ -127,6 +129,21 @@ def tost(cand, ref, margin_frac: float, alpha: float = ALPHA, power: float = POW
     n, why = tost_seeds_needed(s, margin, alpha, power)
     out["seeds_needed"], out["seeds_needed_reason"] = n, why
     return out
+
+
+def tost_reading(t: dict) -> str:
+    """The four-way reading of the 90% interval ``[ci_lo, ci_hi]`` of the difference
+    (candidate - reference) against the margin ``m`` (docs/rounds/round3-10seeds.md):
+    ``equivalent`` (the TOST verdict: the interval inside ``(-m, m)``), ``deficit``
+    (``ci_hi < 0``), ``candidate ahead`` (``ci_lo > 0``), else ``inconclusive`` (the
+    answer is then ``min_margin_frac``)."""
+    if t["verdict"] == "equivalent":
+        return "equivalent"
+    if t["ci_hi"] < 0:
+        return "deficit"
+    if t["ci_lo"] > 0:
+        return "candidate ahead"
+    return "inconclusive"
 
 
 def tost_power(n: int, s: float, margin: float, alpha: float = ALPHA) -> float:
@@ -299,7 +316,7 @@ def summary_keys(add: dict) -> dict:
     t = add["tost"]
     out["addition.tost.margin_frac"] = t["margin_frac"]
     for k in ("margin", "ref_mean", "diff", "p_lower", "p_upper", "df", "ci_lo", "ci_hi",
-              "verdict", "min_margin"):
+              "verdict", "reading", "min_margin"):
         _put(out, f"addition.tost.{k}", t[k], t["reason"])
     _put(out, "addition.tost.min_margin_frac", t["min_margin_frac"],
          t["min_margin_frac_reason"] or t["reason"])
@@ -359,6 +376,8 @@ def report_lines(add: dict) -> list[str]:
           "each tests whether that direction of non-equivalence can be rejected.",
           f"* **Verdict: {t['verdict'] or 'n/a'}**{why}: 'equivalent' only when both p-values "
           "are below 0.05; 'not shown' is not evidence of a difference.",
+          f"* Reading of the 90% interval: **{t['reading'] or 'n/a'}** (equivalent: inside the "
+          "margin; deficit: wholly below 0; candidate ahead: wholly above 0; else inconclusive).",
           f"* Smallest margin for which equivalence would hold at these data: "
           f"{_f(t['min_margin'], 1)} return ({_f(t['min_margin_frac'], 3)} of the reference mean"
           + (f"; {t['min_margin_frac_reason']}" if t["min_margin_frac_reason"] else "")

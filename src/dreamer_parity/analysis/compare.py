@@ -74,7 +74,7 @@ def analyse(params: dict, reference, candidate) -> dict:
     Returns:
       A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
       ``params, points, sides, eval, s1, s2, late, concordance, reading, windows,
-      entropy, side_windows, window_tests, checks, failed_seeds, additions``.  ``s2`` holds each side's
+      halves, entropy, side_windows, window_tests, checks, failed_seeds, additions``.  ``s2`` holds each side's
       curve and last-row values where that side has training episodes (``side_reason``
       per side), the decision only when both have them; ``side_windows`` is
       :func:`windows.compute` (each side's own windows) (:func:`additions.compute`).  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
@@ -136,6 +136,10 @@ def analyse(params: dict, reference, candidate) -> dict:
                        "decision": stats.decide(lv["candidate"], lv["reference"], "LATE", seeds)}
     else:
         out["late"] = {"rows": [], "reason": "not pre-registered for this round (stats.late_rows empty)"}
+
+    # a side whose seeds come from two sources: one source against the other
+    from dreamer_parity.analysis import halves
+    out["halves"] = halves.compute(out)
 
     conc = stats.concordance(ev["reference"], ev["candidate"], points, st["good_return"],
                              st["concordance_rows"], st["concordance_range"])

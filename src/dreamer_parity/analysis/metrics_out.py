@@ -19,6 +19,7 @@ Also ``concordance.<side>.at_<row>``, ``concordance.<side>.rate``,
 has windows (:func:`windows.entropy_keys`; ``entropy.<side>.reason`` otherwise), ``checks.*``,
 ``failed_seeds.<side>``, ``failed_rule``, the pre-registered window tests where the
 round names them (``signature.*``, ``persistence.*``: :func:`window_tests.summary_keys`),
+the halves check of a side with two sources (``halves.*``: :func:`halves.summary_keys`),
 and the labelled additions ``addition.*``
 (:func:`additions.summary_keys`: ``addition.tost.*``, ``addition.rliable.*``,
 ``addition.collapse.<side>.s<seed>`` with ``.best``, ``.best_row``, ``.final``).  Every
@@ -149,6 +150,9 @@ def summary(result: dict) -> dict:
             len(late["points"])
     _stat_keys(out, "LATE", late, seeds)
 
+    if result.get("halves"):
+        from dreamer_parity.analysis import halves
+        out.update(halves.summary_keys(result["halves"]))
     c = result["concordance"]
     for row, counts in c["at"].items():
         for side, n in counts.items():

@@ -466,8 +466,9 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
         L.append(f"n/a: {e['reason']}")
     if result.get("side_windows") is not None:
         L += _side_windows_lines(result["side_windows"])
-    from dreamer_parity.analysis import window_tests
+    from dreamer_parity.analysis import halves, window_tests
     L += window_tests.report_lines(result.get("window_tests"))
+    L += halves.report_lines(result.get("halves") or {})
     L += ["", "## activation/embed relative to each seed's first window", "",
           "DIAGNOSIS: the raw embed level follows each seed's initial draw; compare it relative to "
           "the seed's own first window.", ""]
