@@ -82,3 +82,10 @@ def test_a_destination_with_another_run_is_left_alone(tmp_path, run):
     with pytest.raises(keep.KeepError, match=r"s3: holds another run"):
         keep.keep(run, dest)
     assert tree(dest) == before
+
+
+def test_a_directory_of_runs_is_named_as_such(tmp_path, run):
+    with pytest.raises(keep.KeepError, match=r"made: holds runs \(s3\), not one: give one seed's "
+                                             r"directory, e\.g\. .*made/s3"):
+        keep.keep(run.parent, tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()

@@ -99,6 +99,12 @@ def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
     src, dest = Path(src), Path(dest)
     if not src.is_dir():
         raise KeepError(f"{src}: not a directory")
+    if not (src / "run.json").exists() and not (src / records.DONE).exists():
+        inner = sorted(p.name for p in src.glob("s[0-9]*") if p.is_dir())
+        if inner:
+            raise KeepError(f"{src}: holds runs ({', '.join(inner[:5])}"
+                            f"{', ...' if len(inner) > 5 else ''}), not one: give one seed's "
+                            f"directory, e.g. {src / inner[0]}")
     try:
         data = records.read_run(src)
         info = data["run"]
