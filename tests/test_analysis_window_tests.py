@@ -186,3 +186,20 @@ def test_a_round_without_window_tests_has_no_keys(tmp_path, runs, monkeypatch): 
     assert rc == 0
     assert not [k for k in s if k.startswith(("signature.", "persistence."))]
     assert "Pre-registered window tests" not in (tmp_path / "results" / "report.md").read_text()
+
+
+def test_null_values_carry_their_own_reason():
+    """Welch undefined (one seed a side): the interval's reason is Welch's; a zero
+    reference mean: the ratio's reason is the ratio's."""
+    rows = np.array([400, 800])
+    t = wt.stretch_test(np.ones((1, 2)), 2 * np.ones((1, 2)), rows, 400, 800)
+    w = wt.window_test(np.zeros(2), np.array([1.0, 2.0]))
+    keys = wt.summary_keys({"persistence": {"rows": [400, 800], "tests": {"m": t},
+                                            "reading": t["reading"], "reason": None},
+                            "signature": {"rows": [400], "tests": {400: {"m": w}},
+                                          "conditions": {}, "reading": "absent", "reason": None}})
+    assert keys["persistence.m.ci_lo"] is None
+    assert keys["persistence.m.ci_lo.reason"].startswith("needs at least 2 seeds per side")
+    assert keys["persistence.m.welch_p.reason"] == keys["persistence.m.ci_lo.reason"]
+    assert keys["signature.w400.m.ratio.reason"] == "the reference side's mean or median is 0: no ratio"
+    assert metrics_out.missing_reasons(keys) == []

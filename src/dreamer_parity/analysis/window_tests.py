@@ -226,6 +226,19 @@ def compute(side_windows: dict, params: dict) -> dict | None:
     return out
 
 
+def _test_keys(out: dict, prefix: str, t: dict) -> None:
+    """One test's values as ``<prefix>.<value>`` keys; a null value gets ``.reason``: the
+    test's own reason, else the ratio reason (``ratio*``) or the Welch reason (the rest:
+    Welch's values and what follows from them)."""
+    for k, v in t.items():
+        if k.endswith("reason"):
+            continue
+        out[f"{prefix}.{k}"] = v
+        if v is None:
+            own = t.get("ratio_reason") if k.startswith("ratio") else t.get("welch_reason")
+            out[f"{prefix}.{k}.reason"] = t["reason"] or own or "undefined"
+
+
 def summary_keys(res: dict | None) -> dict:
     """Flat ``summary.json`` keys: ``signature.w<row>.<metric>.<value>``,
     ``signature.w<row>.<condition>``, ``signature.reading``,
@@ -241,14 +254,7 @@ def summary_keys(res: dict | None) -> dict:
             out["signature.reading.reason"] = sig["reason"] or "not computed"
         for row, tests in sig["tests"].items():
             for m, t in tests.items():
-                for k, v in t.items():
-                    if k.endswith("reason"):
-                        continue
-                    key = f"signature.w{row}.{m}.{k}"
-                    out[key] = v
-                    if v is None:
-                        out[f"{key}.reason"] = (t["reason"] or t.get("ratio_reason")
-                                                if k != "welch_p" else t["reason"] or t.get("welch_reason"))
+                _test_keys(out, f"signature.w{row}.{m}", t)
         for row, cond in sig.get("conditions", {}).items():
             for k, v in cond.items():
                 out[f"signature.w{row}.{k}"] = v
@@ -261,13 +267,7 @@ def summary_keys(res: dict | None) -> dict:
         if per["reading"] is None:
             out["persistence.reading.reason"] = per["reason"] or "not computed"
         for m, t in per["tests"].items():
-            for k, v in t.items():
-                if k.endswith("reason"):
-                    continue
-                key = f"persistence.{m}.{k}"
-                out[key] = v
-                if v is None:
-                    out[f"{key}.reason"] = t["reason"] or t.get("welch_reason") or "undefined"
+            _test_keys(out, f"persistence.{m}", t)
     return out
 
 
