@@ -1,21 +1,42 @@
 """The runs kept under data/runs/ against the committed metrics that name them.
 
-data/runs/round3-candidate/ is a copy of the committed round 3's candidate outputs (the
-reference side of comparison B); its LATE and S1 per seed, recomputed here from its
-records by the protocol's definitions, must equal the committed summary of that round
-(HEAD's params.yaml is round3-candidate)."""
+Two checks, both recomputing LATE and S1 per seed from the kept records by the protocol's
+definitions (LATE: mean ``eval_mean`` over the records in [12,000, 24,000] rows; S1: at
+16,000, 18,000 and 20,000 rows) and comparing them with a committed summary:
+
+- data/runs/round3-candidate/ is a copy of the committed round 3's candidate outputs (the
+  reference side of comparison B); it must score as round3-candidate's summary (HEAD's
+  params.yaml is that round).
+- every kept round of docs/rounds/index.yaml whose params take a side from a directory
+  under data/runs/ must score, seed by seed, as the summary at that round's commit, and
+  the directory at HEAD must be the one that commit used (same git tree).
+"""
 
 import json
 import statistics
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from dreamer_parity import records
+from dreamer_parity import records, rounds
 
 REPO = Path(__file__).resolve().parents[1]
 SUMMARY = json.loads((REPO / "metrics" / "summary.json").read_text())
 KEPT = REPO / "data" / "runs" / "round3-candidate"
+
+
+def _git(*args) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _late_s1(run_dir: Path) -> tuple[float, float]:
+    recs = records.read_records(run_dir)
+    late = statistics.fmean(r["eval_mean"] for r in recs if 12000 <= r["rows"] <= 24000)
+    s1 = statistics.fmean(r["eval_mean"] for r in recs if r["rows"] in (16000, 18000, 20000))
+    return late, s1
 
 
 def test_head_is_the_round_the_copy_came_from():
@@ -24,9 +45,7 @@ def test_head_is_the_round_the_copy_came_from():
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_kept_copy_scores_as_committed(seed):
-    recs = records.read_records(KEPT / f"s{seed}")
-    late = statistics.fmean(r["eval_mean"] for r in recs if 12000 <= r["rows"] <= 24000)
-    s1 = statistics.fmean(r["eval_mean"] for r in recs if r["rows"] in (16000, 18000, 20000))
+    late, s1 = _late_s1(KEPT / f"s{seed}")
     assert late == pytest.approx(SUMMARY[f"LATE.candidate.s{seed}"], rel=1e-12)
     assert s1 == pytest.approx(SUMMARY[f"S1.candidate.s{seed}"], rel=1e-12)
     assert json.loads((KEPT / f"s{seed}" / "run.json").read_text())["config"]["agent"]["decode"] == "exact"
@@ -34,3 +53,37 @@ def test_kept_copy_scores_as_committed(seed):
 
 def test_kept_runs_hold_no_parameters():
     assert not list((REPO / "data" / "runs").rglob("params.npz"))
+
+
+def _kept_run_sides():
+    """(round, commit, side, directory) for every kept round that takes a side from data/runs/."""
+    out = []
+    for name, entry in rounds.load_index(REPO).items():
+        params = yaml.safe_load(_git("show", f"{entry['commit']}:params.yaml"))
+        for side in ("candidate", "reference"):
+            src = (params.get(side) or {}).get("source")   # older rounds have no candidate key
+            if isinstance(src, str) and src.startswith("data/runs/"):
+                out.append((name, entry["commit"], side, src))
+    return out
+
+
+KEPT_SIDES = _kept_run_sides()
+
+
+def test_the_decode_ref_round_is_kept_from_data_runs():
+    """The round of #38 is a kept round whose candidate side is its kept runs."""
+    assert ("round3-candidate-ref", "candidate", "data/runs/round3-candidate-ref") in \
+        {(n, side, src) for n, _, side, src in KEPT_SIDES}
+
+
+@pytest.mark.parametrize("name,commit,side,src", KEPT_SIDES,
+                         ids=[f"{n}-{s}" for n, _, s, _ in KEPT_SIDES])
+def test_kept_round_scores_from_its_kept_runs(name, commit, side, src):
+    assert _git("rev-parse", f"{commit}:{src}") == _git("rev-parse", f"HEAD:{src}")
+    summary = json.loads(_git("show", f"{commit}:metrics/summary.json"))
+    seeds = yaml.safe_load(_git("show", f"{commit}:params.yaml"))["seeds"]
+    assert seeds == [0, 1, 2, 3, 4]
+    for seed in seeds:
+        late, s1 = _late_s1(REPO / src / f"s{seed}")
+        assert late == pytest.approx(summary[f"LATE.{side}.s{seed}"], rel=1e-12), (name, seed)
+        assert s1 == pytest.approx(summary[f"S1.{side}.s{seed}"], rel=1e-12), (name, seed)
