@@ -194,7 +194,8 @@ def test_this_repository_index_resolves_and_restores():
     if git(REPO, "rev-parse", "--is-shallow-repository") == "true":
         pytest.skip("shallow clone: the kept rounds' commits are not here (git fetch --unshallow)")
     idx = rounds.load_index(REPO)
-    assert {"round3-candidate", "round1-reference-s0"} <= set(idx)
+    assert {"round3-candidate", "round1-reference-s0", "round3-candidate-ref",
+            "round3-candidate-ref-vs-exact"} <= set(idx)
     assert rounds.check(REPO) == []
 
 
@@ -222,6 +223,18 @@ def test_dvc_metrics_diff_by_round_name_in_a_clone(tmp_path):
     assert diff["LATE.welch_p"]["new"] == pytest.approx(0.38581076767303435)
     assert diff["entropy.candidate.w4000.lo"]["new"] == pytest.approx(0.29002357482910157)
     assert diff["S1.candidate.s0"]["old"] is not None
+    # the two candidate rounds of the D22 A/B (decode: exact, then decode: ref), by name:
+    # numeric S1, S2, LATE and entropy windows of the candidate on both sides
+    r2 = subprocess.run([str(dvc), "metrics", "diff", "round3-candidate", "round3-candidate-ref",
+                         "--json", "--targets", "metrics/summary.json"], cwd=clone,
+                        capture_output=True, text=True, env=ENV)
+    assert r2.returncode == 0, r2.stderr
+    ab = json.loads(r2.stdout)["metrics/summary.json"]
+    want = {"LATE.candidate.mean": (287.5709677, 285.8264516), "S1.candidate.mean": (254.44, 239.92),
+            "S2.candidate.mean": (122.3499, 120.6159), "entropy.candidate.w4000.mean": (0.30618, 0.36450),
+            "entropy.candidate.w12000.mean": (0.22364, 0.23245)}
+    for key, (old, new) in want.items():
+        assert (ab[key]["old"], ab[key]["new"]) == (pytest.approx(old, abs=1e-4), pytest.approx(new, abs=1e-4)), key
     # by commit, where tags were dropped: the same numbers
     c = rounds.rev(clone, "round3-candidate")
     git(clone, "tag", "-d", *rounds.load_index(clone))
