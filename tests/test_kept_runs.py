@@ -7,9 +7,10 @@ definitions (LATE: mean ``eval_mean`` over the records in [12,000, 24,000] rows;
 - data/runs/round3-candidate/ is a copy of the committed round 3's candidate outputs (the
   reference side of comparison B); it must score as round3-candidate's summary (HEAD's
   params.yaml is that round).
-- every kept round of docs/rounds/index.yaml whose params take a side from a directory
-  under data/runs/ must score, seed by seed, as the summary at that round's commit, and
-  the directory at HEAD must be the one that commit used (same git tree).
+- every kept round of docs/rounds/index.yaml whose params take seeds of a side from a
+  directory under data/runs/ (the whole side, or some seeds in the list form) must score,
+  seed by seed, as the summary at that round's commit, and the directory at HEAD must be
+  the one that commit used (same git tree).
 """
 
 import json
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dreamer_parity import records, rounds
+from dreamer_parity import params as P
+from dreamer_parity import records, rounds, sides
 
 REPO = Path(__file__).resolve().parents[1]
 SUMMARY = json.loads((REPO / "metrics" / "summary.json").read_text())
@@ -56,14 +58,20 @@ def test_kept_runs_hold_no_parameters():
 
 
 def _kept_run_sides():
-    """(round, commit, side, directory) for every kept round that takes a side from data/runs/."""
+    """(round, commit, side, directory, seeds) for every kept round and every directory
+    under data/runs/ that gives seeds of one of its sides (whole side or list form)."""
     out = []
     for name, entry in rounds.load_index(REPO).items():
-        params = yaml.safe_load(_git("show", f"{entry['commit']}:params.yaml"))
+        raw = yaml.safe_load(_git("show", f"{entry['commit']}:params.yaml"))
+        validated = P.validate(raw, where=f"{entry['commit'][:7]}:params.yaml")
         for side in ("candidate", "reference"):
-            src = (params.get(side) or {}).get("source")   # older rounds have no candidate key
-            if isinstance(src, str) and src.startswith("data/runs/"):
-                out.append((name, entry["commit"], side, src))
+            if side not in raw:                 # older rounds have no candidate key
+                continue
+            by_dir: dict[str, list[int]] = {}
+            for seed, src in sides.seed_sources(validated, side).items():
+                by_dir.setdefault(src, []).append(seed)
+            out += [(name, entry["commit"], side, src, seeds) for src, seeds in by_dir.items()
+                    if src.startswith("data/runs/")]
     return out
 
 
@@ -73,16 +81,15 @@ KEPT_SIDES = _kept_run_sides()
 def test_the_decode_ref_round_is_kept_from_data_runs():
     """The round of #38 is a kept round whose candidate side is its kept runs."""
     assert ("round3-candidate-ref", "candidate", "data/runs/round3-candidate-ref") in \
-        {(n, side, src) for n, _, side, src in KEPT_SIDES}
+        {(n, side, src) for n, _, side, src, _ in KEPT_SIDES}
 
 
-@pytest.mark.parametrize("name,commit,side,src", KEPT_SIDES,
-                         ids=[f"{n}-{s}" for n, _, s, _ in KEPT_SIDES])
-def test_kept_round_scores_from_its_kept_runs(name, commit, side, src):
+@pytest.mark.parametrize("name,commit,side,src,seeds", KEPT_SIDES,
+                         ids=[f"{n}-{s}-{Path(d).name}" for n, _, s, d, _ in KEPT_SIDES])
+def test_kept_round_scores_from_its_kept_runs(name, commit, side, src, seeds):
     assert _git("rev-parse", f"{commit}:{src}") == _git("rev-parse", f"HEAD:{src}")
     summary = json.loads(_git("show", f"{commit}:metrics/summary.json"))
-    seeds = yaml.safe_load(_git("show", f"{commit}:params.yaml"))["seeds"]
-    assert seeds == [0, 1, 2, 3, 4]
+    assert seeds and all(f"LATE.{side}.s{seed}" in summary for seed in seeds)
     for seed in seeds:
         late, s1 = _late_s1(REPO / src / f"s{seed}")
         assert late == pytest.approx(summary[f"LATE.{side}.s{seed}"], rel=1e-12), (name, seed)
