@@ -195,7 +195,7 @@ def test_this_repository_index_resolves_and_restores():
         pytest.skip("shallow clone: the kept rounds' commits are not here (git fetch --unshallow)")
     idx = rounds.load_index(REPO)
     assert {"round3-candidate", "round1-reference-s0", "round3-candidate-ref",
-            "round3-candidate-ref-vs-exact"} <= set(idx)
+            "round3-candidate-ref-vs-exact", "round3-10seeds"} <= set(idx)
     assert rounds.check(REPO) == []
 
 
@@ -235,6 +235,20 @@ def test_dvc_metrics_diff_by_round_name_in_a_clone(tmp_path):
             "entropy.candidate.w12000.mean": (0.22364, 0.23245)}
     for key, (old, new) in want.items():
         assert (ab[key]["old"], ab[key]["new"]) == (pytest.approx(old, abs=1e-4), pytest.approx(new, abs=1e-4)), key
+    # round 3 at 5 seeds against round 3 at 10 seeds per side (#42): the means, the TOST
+    # interval narrowing, and seeds that exist only in the larger round
+    r4 = subprocess.run([str(dvc), "metrics", "diff", "round3-candidate", "round3-10seeds",
+                         "--json", "--targets", "metrics/summary.json"], cwd=clone,
+                        capture_output=True, text=True, env=ENV)
+    assert r4.returncode == 0, r4.stderr
+    ten = json.loads(r4.stdout)["metrics/summary.json"]
+    want = {"LATE.candidate.mean": (287.5709677, 289.8170968), "LATE.reference.mean": (312.6658065, 309.2583871),
+            "addition.tost.ci_lo": (-77.1923466, -62.0594038), "addition.tost.ci_hi": (27.0026692, 23.1768232)}
+    for key, (old, new) in want.items():
+        assert (ten[key]["old"], ten[key]["new"]) == (pytest.approx(old, abs=1e-4), pytest.approx(new, abs=1e-4)), key
+    assert ten["LATE.candidate.s9"]["old"] is None
+    assert ten["LATE.candidate.s9"]["new"] == pytest.approx(325.8451613, abs=1e-4)
+    assert ten["halves.reference.agree"] == {"old": None, "new": True}
     # by commit, where tags were dropped: the same numbers
     c = rounds.rev(clone, "round3-candidate")
     git(clone, "tag", "-d", *rounds.load_index(clone))
