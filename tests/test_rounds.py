@@ -199,6 +199,20 @@ def test_this_repository_index_resolves_and_restores():
     assert rounds.check(REPO) == []
 
 
+def _assert_summary_diff(dvc, clone, old_round, new_round, want):
+    """`dvc metrics diff <old_round> <new_round>` of metrics/summary.json in ``clone``;
+    asserts each key's (old, new) of ``want`` to 1e-4 and returns the whole diff."""
+    r = subprocess.run([str(dvc), "metrics", "diff", old_round, new_round, "--json",
+                        "--targets", "metrics/summary.json"], cwd=clone, capture_output=True,
+                       text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    diff = json.loads(r.stdout)["metrics/summary.json"]
+    for key, (old, new) in want.items():
+        assert (diff[key]["old"], diff[key]["new"]) == \
+            (pytest.approx(old, abs=1e-4), pytest.approx(new, abs=1e-4)), key
+    return diff
+
+
 def test_dvc_metrics_diff_by_round_name_in_a_clone(tmp_path):
     """`make round-tags` then `dvc metrics diff <round> <round>` in a fresh clone lists
     the candidate's S1, S2 and LATE and the entropy windows of round 3."""
@@ -225,27 +239,15 @@ def test_dvc_metrics_diff_by_round_name_in_a_clone(tmp_path):
     assert diff["S1.candidate.s0"]["old"] is not None
     # the two candidate rounds of the D22 A/B (decode: exact, then decode: ref), by name:
     # numeric S1, S2, LATE and entropy windows of the candidate on both sides
-    r2 = subprocess.run([str(dvc), "metrics", "diff", "round3-candidate", "round3-candidate-ref",
-                         "--json", "--targets", "metrics/summary.json"], cwd=clone,
-                        capture_output=True, text=True, env=ENV)
-    assert r2.returncode == 0, r2.stderr
-    ab = json.loads(r2.stdout)["metrics/summary.json"]
-    want = {"LATE.candidate.mean": (287.5709677, 285.8264516), "S1.candidate.mean": (254.44, 239.92),
-            "S2.candidate.mean": (122.3499, 120.6159), "entropy.candidate.w4000.mean": (0.30618, 0.36450),
-            "entropy.candidate.w12000.mean": (0.22364, 0.23245)}
-    for key, (old, new) in want.items():
-        assert (ab[key]["old"], ab[key]["new"]) == (pytest.approx(old, abs=1e-4), pytest.approx(new, abs=1e-4)), key
+    _assert_summary_diff(dvc, clone, "round3-candidate", "round3-candidate-ref", {
+        "LATE.candidate.mean": (287.5709677, 285.8264516), "S1.candidate.mean": (254.44, 239.92),
+        "S2.candidate.mean": (122.3499, 120.6159), "entropy.candidate.w4000.mean": (0.30618, 0.36450),
+        "entropy.candidate.w12000.mean": (0.22364, 0.23245)})
     # round 3 at 5 seeds against round 3 at 10 seeds per side (#42): the means, the TOST
     # interval narrowing, and seeds that exist only in the larger round
-    r4 = subprocess.run([str(dvc), "metrics", "diff", "round3-candidate", "round3-10seeds",
-                         "--json", "--targets", "metrics/summary.json"], cwd=clone,
-                        capture_output=True, text=True, env=ENV)
-    assert r4.returncode == 0, r4.stderr
-    ten = json.loads(r4.stdout)["metrics/summary.json"]
-    want = {"LATE.candidate.mean": (287.5709677, 289.8170968), "LATE.reference.mean": (312.6658065, 309.2583871),
-            "addition.tost.ci_lo": (-77.1923466, -62.0594038), "addition.tost.ci_hi": (27.0026692, 23.1768232)}
-    for key, (old, new) in want.items():
-        assert (ten[key]["old"], ten[key]["new"]) == (pytest.approx(old, abs=1e-4), pytest.approx(new, abs=1e-4)), key
+    ten = _assert_summary_diff(dvc, clone, "round3-candidate", "round3-10seeds", {
+        "LATE.candidate.mean": (287.5709677, 289.8170968), "LATE.reference.mean": (312.6658065, 309.2583871),
+        "addition.tost.ci_lo": (-77.1923466, -62.0594038), "addition.tost.ci_hi": (27.0026692, 23.1768232)})
     assert ten["LATE.candidate.s9"]["old"] is None
     assert ten["LATE.candidate.s9"]["new"] == pytest.approx(325.8451613, abs=1e-4)
     assert ten["halves.reference.agree"] == {"old": None, "new": True}
