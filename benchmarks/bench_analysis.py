@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 def main() -> int:
     t0 = time.perf_counter()
+    from dreamer_parity import records
     from dreamer_parity.analysis import compare, plots
     import synthetic
     from dreamer_parity.params import validate
@@ -40,7 +41,7 @@ def main() -> int:
         t = time.perf_counter()
         sides = synthetic.write_round(tmp / "runs", params, fail={("candidate", 3): 16000})
         t_write = time.perf_counter() - t
-        n_eps = sum(len((d / f"s{s}" / "episodes.jsonl").read_text().splitlines())
+        n_eps = sum(len(records.read_episodes(d / f"s{s}"))
                     for d in sides.values() for s in params["seeds"])
 
         t = time.perf_counter()

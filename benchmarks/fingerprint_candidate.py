@@ -144,9 +144,8 @@ def main(argv=None) -> int:
     committed = {}
     if a.records:   # read before any compute, so a missing file fails at once
         for s in params["seeds"]:
-            path = recordslib.run_dir(a.records, "candidate", s) / "records.jsonl"
-            lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-            committed[s] = lines[:a.points]
+            run = recordslib.run_dir(a.records, "candidate", s)
+            committed[s] = recordslib.read_records(run, require_done=False)[:a.points]
     from dreamer_parity.candidate.runtime import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))   # as the stage does
     print(f"train_step {train_step_digest(params)}", flush=True)

@@ -1,6 +1,7 @@
 """Keeping a finished run as data (dreamer_parity.keep): what is copied, what is refused
 (nothing written), and a second keep of the same run."""
 
+import gzip
 import json
 import os
 
@@ -32,17 +33,61 @@ def tree(root):
 def test_keeps_the_records_files_only(tmp_path, run):
     target, written = keep.keep(run, tmp_path / "data" / "runs" / "x", PARAMS)
     assert written and target == tmp_path / "data" / "runs" / "x" / "s3"
-    assert sorted(p.name for p in target.iterdir()) == sorted(
-        n for n in keep.KEPT_FILES if (run / n).exists())
+    assert sorted(p.name for p in target.iterdir()) == [
+        "DONE.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json", "timing.json"]
     assert "params.npz" not in os.listdir(target)
-    for n in os.listdir(target):
+    for n in ("DONE.json", "run.json", "timing.json"):
         assert (target / n).read_bytes() == (run / n).read_bytes()
+    for n in records.JSONL_FILES:   # compressed, and the same bytes once decompressed
+        packed = (target / (n + ".gz")).read_bytes()
+        assert packed[:2] == b"\x1f\x8b" and len(packed) < len((run / n).read_bytes()) / 3
+        assert gzip.decompress(packed) == (run / n).read_bytes()
     # the kept run reads as the original does
     assert records.read_records(target) == records.read_records(run)
-    # keeping it again changes nothing
+    assert records.read_episodes(target) == records.read_episodes(run)
+    assert records.read_run(target)["records"] == records.read_run(run)["records"]
+    # keeping it again changes nothing, and so does keeping the kept copy itself
     before = tree(tmp_path / "data")
     assert keep.keep(run, tmp_path / "data" / "runs" / "x", PARAMS) == (target, False)
+    assert keep.keep(target, tmp_path / "data" / "runs" / "x", PARAMS) == (target, False)
     assert tree(tmp_path / "data") == before
+    # a kept run kept again elsewhere gives the same bytes (compression is deterministic)
+    again, _ = keep.keep(target, tmp_path / "other", PARAMS)
+    assert tree(again) == tree(target)
+
+
+def test_both_forms_of_a_file_are_refused(tmp_path, run):
+    (run / "records.jsonl.gz").write_bytes(gzip.compress((run / "records.jsonl").read_bytes()))
+    with pytest.raises(records.RecordError, match=r"holds both records\.jsonl and records\.jsonl\.gz"):
+        records.read_records(run)
+    with pytest.raises(keep.KeepError, match=r"holds both records\.jsonl and records\.jsonl\.gz"):
+        keep.keep(run, tmp_path / "runs", PARAMS)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b[:len(b) // 2], "not a complete gzip file"),
+    (lambda b: b"not gzip at all", "not a complete gzip file"),
+    (lambda b: gzip.compress(b"\xff\xfe{}\n"), r"records\.jsonl\.gz:1: not UTF-8 text \(byte 0\)"),
+    (lambda b: gzip.compress(gzip.decompress(b) + b'{"side": "candidate"'),
+     r"records\.jsonl\.gz:\d+: truncated line"),
+])
+def test_a_damaged_compressed_file_is_named(tmp_path, run, damage, message):
+    target, _ = keep.keep(run, tmp_path / "runs", PARAMS)
+    path = target / "records.jsonl.gz"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(records.RecordError, match=message):
+        records.read_records(target)
+
+
+def test_a_compressed_file_too_large_once_decompressed_is_refused(tmp_path, run, monkeypatch):
+    target, _ = keep.keep(run, tmp_path / "runs", PARAMS)
+    size = len(gzip.decompress((target / "records.jsonl.gz").read_bytes()))
+    monkeypatch.setattr(records, "MAX_DECOMPRESSED", size - 1)
+    with pytest.raises(records.RecordError, match=f"decompresses to more than {size - 1} bytes"):
+        records.read_records(target)
+    monkeypatch.setattr(records, "MAX_DECOMPRESSED", size)
+    assert len(records.read_records(target)) == len(records.read_records(run))
 
 
 def test_cli_with_params_and_set(tmp_path, run, capsys):
@@ -77,7 +122,7 @@ def test_a_damaged_run_is_refused_and_nothing_written(tmp_path, run, damage, mes
 def test_a_destination_with_another_run_is_left_alone(tmp_path, run):
     dest = tmp_path / "runs"
     keep.keep(run, dest)
-    (dest / "s3" / "records.jsonl").write_text("other\n")
+    (dest / "s3" / "records.jsonl.gz").write_bytes(gzip.compress(b"other\n"))
     before = tree(dest)
     with pytest.raises(keep.KeepError, match=r"s3: holds another run"):
         keep.keep(run, dest)

@@ -103,26 +103,58 @@ def test_cli_rev_and_bad_name_exit_codes(repo):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nope" in r.stderr
 
 
+def _drop_from_store_and_commit(root: Path, md5: str) -> str:
+    """A new commit of the current round whose store lacks the object ``md5``."""
+    (root / "store" / "files" / "md5" / md5[:2] / md5[2:]).unlink()
+    (root / "metrics" / "summary.json").write_text('{"S1.A": 3.0}')
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", f"drop {md5}")
+    return git(root, "rev-parse", "HEAD")
+
+
 def test_check_passes_then_names_each_break(repo):
     root, a, b = repo
     assert rounds.check(root) == []
-    # an output's object leaves the store: the round no longer restores
-    lock = git(root, "show", f"{a}:dvc.lock")
+    # the store at HEAD loses an output of round rb: rb is restored from its own commit,
+    # whose store still holds it
+    lock = git(root, "show", f"{b}:dvc.lock")
     md5 = lock.split("md5: ")[1].split()[0]
-    (root / "store" / "files" / "md5" / md5[:2] / md5[2:]).unlink()
-    got = rounds.check(root)
-    assert got == [f"ra ({a[:12]}): preflight: results/preflight.ok: {md5} not in the store"]
+    c = _drop_from_store_and_commit(root, md5)
+    assert rounds.check(root, ["ra"]) == []
+    assert rounds.check(root, ["rb"]) == [f"rb ({b[:12]}): newer metrics for this round at "
+                                          f"{c[:12]} (python -m dreamer_parity.rounds pin rb)"]
+    # a round kept at a commit whose own store lacks the object no longer restores
+    write_index(root, {"ra": a, "rb": c})
+    got = rounds.check(root, ["rb"])
+    assert got == [f"rb ({c[:12]}): preflight: results/preflight.ok: {md5} not in the store"]
 
 
 def test_check_finds_a_missing_file_of_a_directory_output(repo):
-    root, a, _ = repo
+    root, a, b = repo
     f1 = hashlib.md5(b"b").hexdigest()
-    (root / "store" / "files" / "md5" / f1[:2] / f1[2:]).unlink()
-    got = rounds.check(root)
-    # both rounds listed the same file (content "b")
-    assert got == [f"ra ({a[:12]}): run: results/candidate: 1 file(s) not in the store, first f1",
-                   f"rb ({rounds.rev(root, 'rb')[:12]}): run: results/candidate: 1 file(s) not "
-                   f"in the store, first f1"]
+    c = _drop_from_store_and_commit(root, f1)
+    write_index(root, {"ra": a, "rb": c})
+    # ra's commit still holds the file; the entry at c does not
+    assert rounds.check(root) == [f"rb ({c[:12]}): run: results/candidate: 1 file(s) not "
+                                  f"in the store, first f1"]
+
+
+def test_check_reads_the_store_of_each_commit_not_the_workspace(repo):
+    root, a, b = repo
+    import shutil
+    shutil.rmtree(root / "store")
+    assert rounds.check(root) == []
+    # a commit whose remote is outside the repository cannot be checked from git
+    (root / ".dvc" / "config").write_text("[core]\n    remote = s\n['remote \"s\"']\n    url = ../../elsewhere\n")
+    (root / "metrics" / "summary.json").write_text('{"S1.A": 5.0}')
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "remote elsewhere")
+    c = git(root, "rev-parse", "HEAD")
+    write_index(root, {"ra": a, "rb": c})
+    assert rounds.check(root, ["rb"]) == [
+        f"rb ({c[:12]}): {stage}: {path}: the default DVC remote is not a directory inside the "
+        f"repository" for stage, path in (("preflight", "results/preflight.ok"),
+                                          ("run", "results/candidate"))]
 
 
 def test_check_refuses_wrong_round_and_foreign_commit(repo, tmp_path):
@@ -190,7 +222,7 @@ def test_malformed_index_is_one_line_naming_the_key(repo, text, match):
 
 def test_this_repository_index_resolves_and_restores():
     """The committed index: every kept round is in HEAD's history, names its round, and
-    the store at HEAD holds every output its dvc.lock records."""
+    the store of its commit holds every output its dvc.lock records."""
     if git(REPO, "rev-parse", "--is-shallow-repository") == "true":
         pytest.skip("shallow clone: the kept rounds' commits are not here (git fetch --unshallow)")
     idx = rounds.load_index(REPO)

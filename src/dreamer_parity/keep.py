@@ -7,9 +7,13 @@ them there, checked first::
 
     python -m dreamer_parity.keep <run dir> data/runs/<name> [--params FILE] [--set KEY=VALUE ...]
 
-It copies ``records.jsonl``, ``episodes.jsonl``, ``run.json``, ``timing.json`` (when
-present) and ``DONE.json`` into ``data/runs/<name>/s<seed>/``, where ``seed`` is the
-run's own (``run.json``). Nothing else is copied (final parameters stay out of git).
+It copies ``records.jsonl`` and ``episodes.jsonl`` gzip-compressed (as
+``records.jsonl.gz`` and ``episodes.jsonl.gz``, :func:`dreamer_parity.records.gzip_bytes`;
+a run whose files are already compressed is taken as it is), and ``run.json``,
+``timing.json`` (when present) and ``DONE.json`` as they are, into
+``data/runs/<name>/s<seed>/``, where ``seed`` is the run's own (``run.json``). Nothing else
+is copied (final parameters stay out of git). Every reader takes either form
+(:func:`dreamer_parity.records.jsonl_path`).
 
 Before anything is written, the run is read as the analysis reads it
 (:func:`dreamer_parity.records.read_run`: a run without ``DONE.json`` is unfinished and
@@ -18,8 +22,8 @@ refused) and checked against itself
 its ``run.json``). With ``--params`` (optionally changed by ``--set``, as ``dvc exp run
 -S`` would change it) the run must also have been made with that round's protocol
 parameters. The copy is written into a temporary directory beside the destination and
-renamed into place. A destination that already holds the same files is left as it is
-(exit 0). One that holds other files is refused.
+renamed into place. A destination that already holds the same files (the same
+decompressed content) is left as it is (exit 0). One that holds other files is refused.
 
 Exit status: 0 kept or already kept; 2 refused (one line ``error: ...`` on stderr,
 nothing written).
@@ -28,6 +32,7 @@ nothing written).
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import sys
@@ -36,10 +41,32 @@ from pathlib import Path
 from dreamer_parity import params as P
 from dreamer_parity import records
 
-__all__ = ["KEPT_FILES", "KeepError", "keep", "main"]
+__all__ = ["KEPT_FILES", "KeepError", "keep", "kept_files", "main"]
 
-#: The files of a run that are kept, in the order they are copied (DONE.json last).
+#: The files of a run that are kept, in the order they are written (DONE.json last); the
+#: JSON-lines files (records.JSONL_FILES) are kept as ``<name>.gz``.
 KEPT_FILES = ("records.jsonl", "episodes.jsonl", "run.json", "timing.json", records.DONE)
+
+
+def kept_files(src: Path) -> dict[str, bytes]:
+    """``{name in the kept directory: bytes}`` of the run in ``src``: the JSON-lines files
+    compressed (:func:`dreamer_parity.records.gzip_bytes` of their decompressed content),
+    the others as they are; ``timing.json`` only when present.  Insertion order is the
+    order of :data:`KEPT_FILES` (DONE.json last).
+
+    Raises:
+      RecordError: a JSON-lines file is stored both plain and compressed, or a ``.gz``
+        does not decompress (:func:`dreamer_parity.records.read_bytes`).
+    """
+    out = {}
+    for n in KEPT_FILES:
+        if n in records.JSONL_FILES:
+            path = records.jsonl_path(src, n)
+            if path is not None:
+                out[n + records.GZ] = records.gzip_bytes(records.read_bytes(path))
+        elif (src / n).is_file():
+            out[n] = (src / n).read_bytes()
+    return out
 
 
 class KeepError(ValueError):
@@ -115,12 +142,19 @@ def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
         records.check_run_agrees(src, params, side, seed, data=data, made_by=side)
     except records.RecordError as e:
         raise KeepError(str(e)) from None
-    names = [n for n in KEPT_FILES if (src / n).is_file()]
+    try:
+        files = kept_files(src)
+    except records.RecordError as e:
+        raise KeepError(str(e)) from None
     target = dest / f"s{seed}"
     if target.exists():
         have = sorted(p.name for p in target.iterdir())
-        same = have == sorted(names) and all(
-            (target / n).read_bytes() == (src / n).read_bytes() for n in names)
+        try:
+            same = have == sorted(files) and all(
+                records.read_bytes(target / n) == (gzip.decompress(b) if n.endswith(records.GZ)
+                                                   else b) for n, b in files.items())
+        except records.RecordError:
+            same = False
         if same:
             return target, False
         raise KeepError(f"{target}: holds another run (or other files); remove it first to "
@@ -131,8 +165,8 @@ def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        for n in names:
-            shutil.copyfile(src / n, tmp / n)
+        for n, data in files.items():
+            (tmp / n).write_bytes(data)
         os.replace(tmp, target)
     finally:
         if tmp.exists():

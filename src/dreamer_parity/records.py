@@ -53,10 +53,18 @@ Layout: ``results/<round>/<side>/s<seed>/`` holding
     (``legacy``: the analysis flags it, :mod:`dreamer_parity.analysis.checks`).
 
 All writers are atomic: they write ``<name>.tmp-<pid>`` and rename it.
+
+The two JSON-lines files may also be stored gzip-compressed, as ``records.jsonl.gz`` and
+``episodes.jsonl.gz`` (:data:`JSONL_FILES`): runs kept under ``data/`` are
+(:mod:`dreamer_parity.keep`, :func:`gzip_bytes`), runs a stage writes are not.
+:func:`jsonl_path` finds either form (a directory holding both is refused), and
+:func:`read_text`, hence every reader here, decompresses a ``.gz`` file, at most
+:data:`MAX_DECOMPRESSED` bytes of it.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -70,10 +78,18 @@ __all__ = [
     "mean_matches", "MEAN_RTOL", "MAX_INT", "read_run_info", "read_lines", "read_text",
     "write_text", "file_sha256", "done_agrees", "DONE_RUN_KEYS", "recorded_value",
     "protocol_expected", "protocol_disagreements", "check_run_agrees",
+    "JSONL_FILES", "GZ", "MAX_DECOMPRESSED", "jsonl_path", "gzip_bytes", "read_bytes",
 ]
 
 SIDES = ("reference", "candidate")
 DONE = "DONE.json"
+#: The JSON-lines files of a run; each is stored as ``<name>`` or, compressed, ``<name>.gz``.
+JSONL_FILES = ("records.jsonl", "episodes.jsonl")
+#: Suffix of a gzip-compressed file (:func:`gzip_bytes`).
+GZ = ".gz"
+#: Largest decompressed size of a ``.gz`` file any reader accepts (bytes): a full-size
+#: run's records.jsonl is about 0.35 MB, its episodes.jsonl about 0.15 MB.
+MAX_DECOMPRESSED = 16 * 2 ** 20
 
 #: field -> accepted Python types (None means JSON null is accepted)
 RECORD_FIELDS = {
@@ -143,20 +159,73 @@ def mean_matches(mean, values) -> bool:
     return abs(float(mean) - want) <= MEAN_RTOL * max(1.0, abs(want))
 
 
-def read_text(path, where: str | None = None) -> str:
-    """The UTF-8 text of ``path``: the one decoding check of every file the project reads.
+def read_bytes(path, where: str | None = None) -> bytes:
+    """The bytes of ``path``, decompressed when its name ends in :data:`GZ`.
 
     Raises:
-      RecordError: ``<where>:<line>: not UTF-8 text (byte N)`` (``where`` defaults to the path).
+      RecordError: ``<where>: not a complete gzip file (...)`` (a truncated or corrupt
+        ``.gz``) or ``<where>: decompresses to more than MAX_DECOMPRESSED bytes``
+        (``where`` defaults to the path).
       FileNotFoundError: no such file.
     """
     path = Path(path)
     where = str(path) if where is None else where
+    if not path.name.endswith(GZ):
+        return path.read_bytes()
     try:
-        return path.read_text(encoding="utf-8")
+        with gzip.open(path, "rb") as f:
+            data = f.read(MAX_DECOMPRESSED + 1)
+    except (OSError, EOFError, ValueError) as e:   # BadGzipFile is an OSError; zlib.error
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise RecordError(f"{where}: not a complete gzip file ({type(e).__name__}: "
+                          f"{str(e)[:80]})") from None
+    if len(data) > MAX_DECOMPRESSED:
+        raise RecordError(f"{where}: decompresses to more than {MAX_DECOMPRESSED} bytes")
+    return data
+
+
+def read_text(path, where: str | None = None) -> str:
+    """The UTF-8 text of ``path`` (decompressed first when it is a ``.gz``,
+    :func:`read_bytes`): the one decoding check of every file the project reads.
+
+    Raises:
+      RecordError: ``<where>:<line>: not UTF-8 text (byte N)`` (``where`` defaults to the
+        path; N counts decompressed bytes), or :func:`read_bytes`' errors.
+      FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    where = str(path) if where is None else where
+    data = read_bytes(path, where)
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        line = data[:e.start].count(b"\n") + 1
         raise RecordError(f"{where}:{line}: not UTF-8 text (byte {e.start})") from None
+
+
+def jsonl_path(directory, name: str) -> Path | None:
+    """The file that holds ``name`` (one of :data:`JSONL_FILES`) in a run directory:
+    ``<directory>/<name>`` or ``<directory>/<name>.gz``; None when neither exists.
+
+    Raises:
+      RecordError: both exist (which one is the run's is not decidable), naming them.
+      ValueError: ``name`` is not one of :data:`JSONL_FILES`.
+    """
+    if name not in JSONL_FILES:
+        raise ValueError(f"name must be one of {JSONL_FILES}, got {name!r}")
+    plain, packed = Path(directory) / name, Path(directory) / (name + GZ)
+    if plain.exists() and packed.exists():
+        raise RecordError(f"{directory}: holds both {name} and {name + GZ}: keep one")
+    if packed.exists():
+        return packed
+    return plain if plain.exists() else None
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` gzip-compressed the same way every time (level 9, no name, mtime 0), so that
+    the same run kept twice gives the same bytes (with the same zlib)."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
 
 
 def run_dir(root: str | os.PathLike, side: str, seed: int) -> Path:
@@ -421,7 +490,7 @@ def read_lines(path, where: str | None = None) -> list[tuple[int, dict]]:
 
 
 def read_records(directory, require_done: bool = True) -> list[dict]:
-    """Read and validate ``records.jsonl`` of a run directory.
+    """Read and validate ``records.jsonl`` (or ``records.jsonl.gz``) of a run directory.
 
     Checks every field's presence and type (list and dict elements included), the
     status value, rows strictly increasing, equal-length return and length lists, and
@@ -433,7 +502,7 @@ def read_records(directory, require_done: bool = True) -> list[dict]:
     directory = Path(directory)
     if require_done:
         read_done(directory)
-    path = directory / "records.jsonl"
+    path = jsonl_path(directory, "records.jsonl") or directory / "records.jsonl"
     recs = []
     prev = None
     for i, obj in read_lines(path):
@@ -452,11 +521,12 @@ def read_records(directory, require_done: bool = True) -> list[dict]:
 
 
 def read_episodes(directory, require_done: bool = True) -> list[dict]:
-    """Read and validate ``episodes.jsonl`` (RecordError naming file, line, field)."""
+    """Read and validate ``episodes.jsonl`` (or ``episodes.jsonl.gz``; RecordError naming
+    file, line, field)."""
     directory = Path(directory)
     if require_done:
         read_done(directory)
-    path = directory / "episodes.jsonl"
+    path = jsonl_path(directory, "episodes.jsonl") or directory / "episodes.jsonl"
     eps = []
     for i, obj in read_lines(path):
         _check_types(path, i, obj, EPISODE_FIELDS)

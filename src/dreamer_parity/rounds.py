@@ -1,8 +1,9 @@
 """Kept rounds by name: the committed index ``docs/rounds/index.yaml`` and its command.
 
 A kept round is a commit that holds the round's ``params.yaml`` (its ``round`` is the
-name), ``dvc.lock``, metrics and report, and whose cached outputs the store at HEAD
-restores.  The index maps each name to that commit; git tags of the same names are made
+name), ``dvc.lock``, metrics and report, and whose cached outputs its own ``store/`` (the
+git-tracked default DVC remote as that commit has it) restores: ``git checkout <round>``
+then ``dvc pull``.  The store at HEAD holds only what HEAD's ``dvc.lock`` names.  The index maps each name to that commit; git tags of the same names are made
 from it (``make round-tags``), so ``dvc metrics diff round3-candidate <name>`` works where
 the tags exist, and ``dvc metrics diff $(python -m dreamer_parity.rounds rev
 round3-candidate) HEAD`` where they do not (a clone or an archive that dropped tags)::
@@ -23,9 +24,9 @@ The index file (YAML; a mapping, comments allowed)::
 
 ``check`` verifies per entry: the commit exists and is an ancestor of HEAD; its
 ``params.yaml`` names the round; it holds ``dvc.lock`` and ``docs/rounds/<name>.md``;
-every output ``dvc.lock`` records is either in the commit's git tree or in the store at
-HEAD (the default DVC remote, a local directory; a directory output with every file of
-its listing); a tag of that name, where one exists, points at the commit.  It also
+every output ``dvc.lock`` records is either in the commit's git tree or in the store of
+that commit (its default DVC remote, a directory inside the repository, as git holds it
+at the commit; a directory output with every file of its listing); a tag of that name, where one exists, points at the commit.  It also
 applies the rule: **the newest commit in HEAD's history that changed
 ``metrics/summary.json`` while ``params.yaml`` named the round** (``latest``); when that
 commit's summary differs from the entry's, the entry is stale and ``check`` says which
@@ -39,6 +40,7 @@ import argparse
 import configparser
 import json
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -154,31 +156,41 @@ def latest(root, name: str) -> str | None:
     return None
 
 
-def _store_dir(root) -> Path | None:
-    """The default DVC remote's directory when it is a local path, else None."""
+def _store_at(root, commit: str) -> str | None:
+    """The default DVC remote of ``commit`` as a path inside the repository (POSIX,
+    relative to the root), read from that commit's ``.dvc/config``; None when it names no
+    remote, a URL, or a directory outside the repository."""
     cfg = configparser.ConfigParser()
-    cfg.read(Path(root) / ".dvc" / "config")
+    try:
+        cfg.read_string(_git(root, "show", f"{commit}:.dvc/config", check=False))
+    except configparser.Error:
+        return None
     name = cfg.get("core", "remote", fallback=None)
     secs = [s for s in (f'remote "{name}"', f"'remote \"{name}\"'") if cfg.has_section(s)]
     if name is None or not secs:
         return None
-    sec = secs[0]
-    url = cfg.get(sec, "url")
-    if "://" in url:
+    url = cfg.get(secs[0], "url", fallback="")
+    if not url or "://" in url or os.path.isabs(url):
         return None
-    return (Path(root) / ".dvc" / url).resolve()
+    rel = posixpath.normpath(posixpath.join(".dvc", url))
+    return None if rel == ".." or rel.startswith("../") else rel
 
 
-def _in_store(store: Path, md5: str) -> bool:
-    return (store / "files" / "md5" / md5[:2] / md5[2:]).is_file()
-
-
-def _out_problems(root, commit: str, store: Path | None) -> list[str]:
-    """Outputs of ``dvc.lock`` at ``commit`` that neither git nor the store holds."""
+def _out_problems(root, commit: str) -> list[str]:
+    """Outputs of ``dvc.lock`` at ``commit`` that neither git nor that commit's store holds."""
     text = _git(root, "show", f"{commit}:dvc.lock", check=False)
     if not text:
         return ["no dvc.lock in the commit"]
     lock = yaml.safe_load(text) or {}
+    store = _store_at(root, commit)
+    held = set()
+    if store is not None:
+        prefix = f"{store}/files/md5/"
+        held = {p[len(prefix):] for p in _git(root, "ls-tree", "-r", "--name-only", commit,
+                                              "--", store).splitlines() if p.startswith(prefix)}
+
+    def key(md5):
+        return f"{md5[:2]}/{md5[2:]}"
     bad = []
     for stage, st in (lock.get("stages") or {}).items():
         for out in st.get("outs") or []:
@@ -188,12 +200,13 @@ def _out_problems(root, commit: str, store: Path | None) -> list[str]:
             if md5 is None:
                 bad.append(f"{stage}: {path}: no md5 in dvc.lock")
             elif store is None:
-                bad.append(f"{stage}: {path}: the default DVC remote is not a local directory")
-            elif not _in_store(store, md5):
+                bad.append(f"{stage}: {path}: the default DVC remote is not a directory "
+                           f"inside the repository")
+            elif key(md5) not in held:
                 bad.append(f"{stage}: {path}: {md5} not in the store")
             elif md5.endswith(".dir"):
-                listing = json.loads((store / "files" / "md5" / md5[:2] / md5[2:]).read_text())
-                missing = [e["relpath"] for e in listing if not _in_store(store, e["md5"])]
+                listing = json.loads(_git(root, "show", f"{commit}:{store}/files/md5/{key(md5)}"))
+                missing = [e["relpath"] for e in listing if key(e["md5"]) not in held]
                 if missing:
                     bad.append(f"{stage}: {path}: {len(missing)} file(s) not in the store, "
                                f"first {missing[0]}")
@@ -209,7 +222,6 @@ def check(root, names=None, path: str = INDEX) -> list[str]:
     idx = load_index(root, path)
     for n in names or []:
         rev(root, n, path)
-    store = _store_dir(root)
     problems = []
     for name, e in idx.items():
         if names and name not in names:
@@ -228,7 +240,7 @@ def check(root, names=None, path: str = INDEX) -> list[str]:
             problems.append(f"{where}: params.yaml there names round {r!r}")
         if not _exists(root, f"{c}:docs/rounds/{name}.md"):
             problems.append(f"{where}: no docs/rounds/{name}.md (pre-registration) in the commit")
-        problems += [f"{where}: {p}" for p in _out_problems(root, c, store)]
+        problems += [f"{where}: {p}" for p in _out_problems(root, c)]
         tag = _git(root, "rev-parse", "-q", "--verify", f"refs/tags/{name}^{{commit}}", check=False)
         if tag and tag != c:
             problems.append(f"{where}: tag {name} points at {tag[:12]} (make round-tags FORCE=1)")

@@ -130,7 +130,12 @@ def write_stand_in(directory, side: str, seed: int, source: str) -> Path:
 
 
 def _is_records_run(p: Path) -> bool:
-    return p.is_dir() and ((p / "records.jsonl").exists() or (p / records.DONE).exists())
+    if not p.is_dir():
+        return False
+    try:
+        return records.jsonl_path(p, "records.jsonl") is not None or (p / records.DONE).exists()
+    except records.RecordError:
+        return True   # both forms present: a run, whose reader names the conflict
 
 
 def _made_by_records(run_dir: Path, key: str) -> str:

@@ -35,7 +35,7 @@ def _records_run(directory: Path, side: str, seed: int, made_by: str,
         raise AnalysisError(f"{label}: run directory of {side} seed {seed} not found")
     data = records.read_run(directory)  # raises RecordError naming file and line
     recs = data["records"]
-    path = directory / "records.jsonl"
+    path = records.jsonl_path(directory, "records.jsonl")
     legacy = records.check_run_agrees(directory, params, side, seed, data=data,
                                       made_by=made_by)
     for i, r in enumerate(recs, 1):
