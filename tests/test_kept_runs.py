@@ -9,10 +9,12 @@ definitions (LATE: mean ``eval_mean`` over the records in [12,000, 24,000] rows;
   params.yaml is that round).
 - every kept round of docs/rounds/index.yaml whose params take seeds of a side from a
   directory under data/runs/ (the whole side, or some seeds in the list form) must score,
-  seed by seed, as the summary at that round's commit, and the directory at HEAD must be
-  the one that commit used (same git tree).
+  seed by seed, as the summary at that round's commit, and the directory at HEAD must hold
+  the runs that commit used (the same files, the JSON-lines ones compared decompressed:
+  runs kept before compression are plain files at their round's commit).
 """
 
+import gzip
 import json
 import statistics
 import subprocess
@@ -78,6 +80,33 @@ def _kept_run_sides():
 KEPT_SIDES = _kept_run_sides()
 
 
+def _files_at(rev: str, src: str) -> dict[str, bytes]:
+    """``{path under src, without .gz: decompressed bytes}`` of the tree at ``rev``."""
+    out = {}
+    for path in _git("ls-tree", "-r", "--name-only", rev, "--", src).split():
+        data = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, check=True,
+                              capture_output=True).stdout
+        if path.endswith(records.GZ):
+            path, data = path[:-len(records.GZ)], gzip.decompress(data)
+        out[path] = data
+    return out
+
+
+def _assert_same_runs(commit: str, src: str) -> None:
+    then, now = _files_at(commit, src), _files_at("HEAD", src)
+    assert then and then == now, f"{src}: differs between {commit[:12]} and HEAD"
+
+
+def test_kept_runs_are_stored_compressed():
+    """Every kept run's JSON-lines files are gzip files (keep writes them so)."""
+    dirs = [d for d in (REPO / "data" / "runs").glob("*/s*") if d.is_dir()]
+    assert len(dirs) >= 20
+    for d in dirs:
+        names = {p.name for p in d.iterdir()}
+        assert {"records.jsonl.gz", "episodes.jsonl.gz", "run.json", "DONE.json"} <= names, d
+        assert not names & set(records.JSONL_FILES), d
+
+
 def test_the_decode_ref_round_is_kept_from_data_runs():
     """The round of #38 is a kept round whose candidate side is its kept runs."""
     assert ("round3-candidate-ref", "candidate", "data/runs/round3-candidate-ref") in \
@@ -87,7 +116,7 @@ def test_the_decode_ref_round_is_kept_from_data_runs():
 @pytest.mark.parametrize("name,commit,side,src,seeds", KEPT_SIDES,
                          ids=[f"{n}-{s}-{Path(d).name}" for n, _, s, d, _ in KEPT_SIDES])
 def test_kept_round_scores_from_its_kept_runs(name, commit, side, src, seeds):
-    assert _git("rev-parse", f"{commit}:{src}") == _git("rev-parse", f"HEAD:{src}")
+    _assert_same_runs(commit, src)
     summary = json.loads(_git("show", f"{commit}:metrics/summary.json"))
     assert seeds and all(f"LATE.{side}.s{seed}" in summary for seed in seeds)
     for seed in seeds:

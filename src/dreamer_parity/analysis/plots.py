@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -32,12 +33,21 @@ COLORS = {"reference": "tab:blue", "candidate": "tab:orange", "study_candidate":
 
 
 def save_figure(fig, path: Path) -> None:
-    """Save ``fig`` as PNG at ``path`` through a temporary file and a rename; closes it."""
+    """Save ``fig`` as PNG at ``path`` (110 dpi, reduced to a 256-colour palette and
+    optimised: about 40% of matplotlib's RGBA size, the same to the eye for line plots)
+    through a temporary file and a rename; closes it."""
+    from PIL import Image
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", facecolor="white")
     plt.close(fig)
+    buf.seek(0)
+    with Image.open(buf) as im:
+        im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(
+            tmp, format="PNG", optimize=True)
     os.replace(tmp, path)
 
 
