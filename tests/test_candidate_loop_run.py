@@ -131,6 +131,28 @@ def test_resume_after_kill_gives_same_records(tmp, run_a):
 
 
 @pytest.mark.slow
+def test_deadline_stops_with_a_checkpoint_and_resumes_to_the_same_records(tmp, run_a):
+    """A deadline already passed: the run stops after its first chunk, writes a checkpoint
+    (and none at the evaluation point before, with ``checkpoint="deadline"``) and no
+    result file; the same run started again resumes there and writes run_a's records."""
+    import time
+    work = tmp / "d" / "work"
+    out, res = _run(tmp, "d", work=work, deadline=time.perf_counter(), checkpoint="deadline")
+    assert res["stopped"] == "deadline" and not res["completed"]
+    assert not (out / "candidate").exists()
+    ckpt = work / res["key"] / "checkpoint.npz"
+    assert ckpt.exists()
+    out2, res2 = _run(tmp, "d", work=work, deadline=time.perf_counter() + 3600,
+                      checkpoint="deadline")
+    assert res2["completed"] and res2["stopped"] is None
+    assert res2["key"] == res["key"] and res2["resumed_from_rows"] == 400
+    for seed in SMOKE["seeds"]:
+        assert _files(run_a[0], seed) == _files(out2, seed)
+    with pytest.raises(ValueError, match="checkpoint must be one of"):
+        runlib.run(SMOKE, out2, work, agent=stub, cfg=CFG, checkpoint="sometimes")
+
+
+@pytest.mark.slow
 def test_nan_seed_fails_alone(tmp):
     import jax
     import jax.numpy as jnp
@@ -187,6 +209,17 @@ def test_cli_missing_file_and_work_dir_inside_out(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
     r = _cli(tmp_path, "round: x\n", ["--work-dir", str(tmp_path / "o" / "w")])
     assert r.returncode == 2 and "--work-dir" in r.stderr
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--checkpoint", "deadline"], "--checkpoint deadline needs --deadline-s"),
+    (["--deadline-s", "0"], "--deadline-s 0.0: must be a positive number"),
+    (["--deadline-s", "nan"], "--deadline-s nan: must be a positive number"),
+])
+def test_cli_refuses_a_deadline_it_cannot_keep(tmp_path, extra, needle):
+    r = _cli(tmp_path, "round: x\n", extra)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow

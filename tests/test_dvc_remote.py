@@ -202,7 +202,7 @@ def test_a_round_kept_in_history_restores_from_a_fresh_clone(fresh_clone, tmp_pa
         return f"store/files/md5/{h[:2]}/{h[2:]}"
     # that commit's store holds every object the round names; outputs with `cache: false`
     # (metrics, plots, the report) live in git instead
-    in_git = set(run("git", "ls-tree", "-r", "--name-only", commit, cwd=repo).stdout.split())
+    in_git = set(run("git", "ls-tree", "-r", "-t", "--name-only", commit, cwd=repo).stdout.split())
     for stage, entries in outs.items():
         for out in entries:
             if out["path"] in in_git:

@@ -6,6 +6,10 @@ of any round once its files sit under ``data/`` (docs/SIDES.md). This command co
 them there, checked first::
 
     python -m dreamer_parity.keep <run dir> data/runs/<name> [--params FILE] [--set KEY=VALUE ...]
+    python -m dreamer_parity.keep <runs.tar.gz> data/runs/<name> [--params FILE] ...
+
+The second form takes an archive of finished runs (:mod:`dreamer_parity.archive`, what a
+device call brings back) and keeps every run in it, all checked before any is written.
 
 It copies ``records.jsonl`` and ``episodes.jsonl`` gzip-compressed (as
 ``records.jsonl.gz`` and ``episodes.jsonl.gz``, :func:`dreamer_parity.records.gzip_bytes`;
@@ -36,12 +40,13 @@ import gzip
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from dreamer_parity import params as P
 from dreamer_parity import records
 
-__all__ = ["KEPT_FILES", "KeepError", "keep", "kept_files", "main"]
+__all__ = ["KEPT_FILES", "KeepError", "keep", "keep_archive", "kept_files", "main"]
 
 #: The files of a run that are kept, in the order they are written (DONE.json last); the
 #: JSON-lines files (records.JSONL_FILES) are kept as ``<name>.gz``.
@@ -107,6 +112,66 @@ def load_params(params_file: str | None, sets: list[str]) -> dict | None:
         raise KeepError(f"--params {params_file}: not found") from None
 
 
+def _prepare(src: Path, params: dict | None) -> tuple[int, dict[str, bytes]]:
+    """``(seed, files to write)`` of the finished run in ``src``, checked as :func:`keep`
+    says (KeepError otherwise); nothing is written."""
+    if not src.is_dir():
+        raise KeepError(f"{src}: not a directory")
+    if not (src / "run.json").exists() and not (src / records.DONE).exists():
+        inner = sorted(p.name for p in src.glob("s[0-9]*") if p.is_dir())
+        if inner:
+            raise KeepError(f"{src}: holds runs ({', '.join(inner[:5])}"
+                            f"{', ...' if len(inner) > 5 else ''}), not one: give one seed's "
+                            f"directory, e.g. {src / inner[0]}")
+    try:
+        data = records.read_run(src)
+        info = data["run"]
+        if info.get("side") not in records.SIDES or not isinstance(info.get("seed"), int):
+            raise KeepError(f"{src / 'run.json'}: side and seed must be recorded to keep a run "
+                            f"(side {str(info.get('side'))[:40]!r}, seed {str(info.get('seed'))[:40]})")
+        side, seed = info["side"], info["seed"]
+        records.check_run_agrees(src, params, side, seed, data=data, made_by=side)
+        return seed, kept_files(src)
+    except records.RecordError as e:
+        raise KeepError(str(e)) from None
+
+
+def _already_kept(target: Path, files: dict[str, bytes]) -> bool:
+    """True when ``target`` holds ``files`` (the same content, the JSON-lines ones compared
+    decompressed); False when it does not exist; KeepError when it holds something else."""
+    if not target.exists():
+        return False
+    have = sorted(p.name for p in target.iterdir())
+    try:
+        same = have == sorted(files) and all(
+            records.read_bytes(target / n) == (gzip.decompress(b) if n.endswith(records.GZ)
+                                               else b) for n, b in files.items())
+    except records.RecordError:
+        same = False
+    if not same:
+        raise KeepError(f"{target}: holds another run (or other files); remove it first to "
+                        f"replace it")
+    return True
+
+
+def _write(dest: Path, seed: int, files: dict[str, bytes]) -> Path:
+    """Write ``files`` into ``dest/s<seed>`` through a temporary directory and a rename."""
+    target = dest / f"s{seed}"
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / f".s{seed}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        for n, data in files.items():
+            (tmp / n).write_bytes(data)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return target
+
+
 def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
     """Copy one finished run into ``dest/s<seed>/``, checked first.
 
@@ -124,59 +189,49 @@ def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
         files. Nothing is written.
     """
     src, dest = Path(src), Path(dest)
-    if not src.is_dir():
-        raise KeepError(f"{src}: not a directory")
-    if not (src / "run.json").exists() and not (src / records.DONE).exists():
-        inner = sorted(p.name for p in src.glob("s[0-9]*") if p.is_dir())
-        if inner:
-            raise KeepError(f"{src}: holds runs ({', '.join(inner[:5])}"
-                            f"{', ...' if len(inner) > 5 else ''}), not one: give one seed's "
-                            f"directory, e.g. {src / inner[0]}")
-    try:
-        data = records.read_run(src)
-        info = data["run"]
-        if info.get("side") not in records.SIDES or not isinstance(info.get("seed"), int):
-            raise KeepError(f"{src / 'run.json'}: side and seed must be recorded to keep a run "
-                            f"(side {str(info.get('side'))[:40]!r}, seed {str(info.get('seed'))[:40]})")
-        side, seed = info["side"], info["seed"]
-        records.check_run_agrees(src, params, side, seed, data=data, made_by=side)
-    except records.RecordError as e:
-        raise KeepError(str(e)) from None
-    try:
-        files = kept_files(src)
-    except records.RecordError as e:
-        raise KeepError(str(e)) from None
+    seed, files = _prepare(src, params)
     target = dest / f"s{seed}"
-    if target.exists():
-        have = sorted(p.name for p in target.iterdir())
+    if _already_kept(target, files):
+        return target, False
+    return _write(dest, seed, files), True
+
+
+def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, bool]]:
+    """Keep every run of an archive (:mod:`dreamer_parity.archive`, e.g. the finished
+    seeds a device call brought back) into ``dest/s<seed>/``; all checked, as :func:`keep`
+    checks one, before any is written.
+
+    Returns:
+      ``[(run directory, True when written), ...]`` in seed order.
+
+    Raises:
+      KeepError: the archive is unreadable or refused, it holds runs of both sides or the
+        same seed twice, or a run is refused; nothing is written.
+    """
+    from dreamer_parity import archive as archivelib
+
+    dest = Path(dest)
+    with tempfile.TemporaryDirectory(prefix="keep-") as tmp:
         try:
-            same = have == sorted(files) and all(
-                records.read_bytes(target / n) == (gzip.decompress(b) if n.endswith(records.GZ)
-                                                   else b) for n, b in files.items())
-        except records.RecordError:
-            same = False
-        if same:
-            return target, False
-        raise KeepError(f"{target}: holds another run (or other files); remove it first to "
-                        f"replace it")
-    dest.mkdir(parents=True, exist_ok=True)
-    tmp = dest / f".s{seed}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        for n, data in files.items():
-            (tmp / n).write_bytes(data)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return target, True
+            runs = archivelib.unpack(archive, tmp)
+        except archivelib.ArchiveError as e:
+            raise KeepError(str(e)) from None
+        if len({d.parent.name for d in runs}) > 1:
+            raise KeepError(f"{archive}: holds runs of both sides; keep each side's into its "
+                            f"own directory")
+        prepared = [_prepare(d, params) for d in runs]
+        seeds = [seed for seed, _ in prepared]
+        if len(set(seeds)) != len(seeds):
+            raise KeepError(f"{archive}: holds seed {sorted(s for s in seeds if seeds.count(s) > 1)[0]} twice")
+        kept = {seed: _already_kept(dest / f"s{seed}", files) for seed, files in prepared}
+        return [(dest / f"s{seed}", False) if kept[seed] else (_write(dest, seed, files), True)
+                for seed, files in sorted(prepared)]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.keep", description=__doc__.split("\n\n")[0])
-    ap.add_argument("src", help="a finished run directory (records schema)")
+    ap.add_argument("src", help="a finished run directory (records schema), or an archive of "
+                                "finished runs (.tar.gz, python -m dreamer_parity.archive)")
     ap.add_argument("dest", help="the runs directory, e.g. data/runs/<name>")
     ap.add_argument("--params", default=None, help="the round's params file the run must agree with")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -184,11 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         params = load_params(a.params, a.set)
-        target, written = keep(a.src, a.dest, params)
+        if Path(a.src).is_file() and a.src.endswith(".tar.gz"):
+            results = keep_archive(a.src, a.dest, params)
+        else:
+            results = [keep(a.src, a.dest, params)]
     except KeepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{'kept' if written else 'already kept'}: {target}")
+    for target, written in results:
+        print(f"{'kept' if written else 'already kept'}: {target}")
     return 0
 
 

@@ -12,7 +12,8 @@ resumed by the next start on the same machine even when the checkout is laid ane
 the run's numbers: the resolved run parameters, the agent config, the content of the
 run's source files (:data:`CODE_FILES`: the code identity that the repository commit plus
 the dirty diff of ``src/`` stand for, without depending on unrelated commits), the agent
-module's name, the jax / jaxlib versions and the backend (cpu, gpu).  Other parameters
+module's name, the jax / jaxlib versions, the backend (cpu, gpu, tpu) and the matmul
+precision where one is set (``jax_default_matmul_precision``).  Other parameters
 or code give another key, hence a clean start.
 """
 
@@ -82,11 +83,14 @@ def run_key(run_params: dict, agent_config: dict, agent_module: str,
     import jax
     import jaxlib
 
+    precision = jax.config.jax_default_matmul_precision
     blob = json.dumps({
         "params": run_params, "agent_config": agent_config, "agent": agent_module,
         "code": code_hash(extra_files=[agent_file] if agent_file else []), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
         "backend": jax.default_backend(),
         "extra": extra or {},
+        # the default precision adds nothing, so that keys made before it was part stay valid
+        **({} if precision is None else {"matmul_precision": str(precision)}),
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

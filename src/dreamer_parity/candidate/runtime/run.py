@@ -3,7 +3,7 @@
 Command line (the DVC stage)::
 
     python -m dreamer_parity.candidate.runtime.run --params params.yaml --out results \\
-        [--work-dir DIR]
+        [--work-dir DIR] [--deadline-s S] [--checkpoint point|deadline]
 
 The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
 is imported or compiled.  All seeds run in one jitted program
@@ -18,12 +18,20 @@ parameters and code resumes from it and writes the same records.  Only when the 
 completes are ``<out>/candidate/s<seed>/{records.jsonl, episodes.jsonl, run.json, timing.json,
 params.npz, DONE.json}`` written (``DONE.json`` last).
 
+With ``--deadline-s S`` (a device call of bounded length) the run stops at the first chunk
+boundary after which the next chunk would end later than ``S`` seconds after the command
+started: it writes a checkpoint there and exits with status 3, writing no result files;
+the same command started again (same parameters, code, backend and precision) resumes
+from that checkpoint.  ``--checkpoint deadline`` writes checkpoints only then (and not at
+every evaluation point, the default ``point``): a 100-seed loop state is several GiB.
+
 A seed that fails the finiteness check at an evaluation point (non-finite loss,
 parameters or policy latents, or an action out of range) gets a ``status: "failed"``
 record at that point, no later records, and ``DONE.json`` ``{"status": "failed",
 "reason": ...}``; the other seeds run on and the command exits 0.
 
-Exit codes: 0 done (including failed seeds), 2 bad parameters or arguments.
+Exit codes: 0 done (including failed seeds), 2 bad parameters or arguments, 3 stopped at
+the deadline (checkpoint written, nothing finished).
 """
 
 from __future__ import annotations
@@ -39,11 +47,15 @@ from ... import params as paramslib
 from ... import records
 from ...schedule import format_duration
 
-__all__ = ["main", "run", "RunParamsError", "chunk_steps_for"]
+__all__ = ["main", "run", "RunParamsError", "chunk_steps_for", "CHECKPOINT_POLICIES", "EXIT_DEADLINE"]
 
 NUM_ENVS = paramslib.NUM_ENVS
 CHUNK_MAX = 25          # vector steps per jitted chunk call (progress granularity)
 RUN_KEYS = ("profile", "decode", "seeds", "rows", "eval_every", "eval_episodes")
+#: When checkpoints are written: at every evaluation point, or only at the deadline.
+CHECKPOINT_POLICIES = ("point", "deadline")
+#: Exit status of a run stopped at its deadline (checkpoint written, no result files).
+EXIT_DEADLINE = 3
 
 
 class RunParamsError(ValueError):
@@ -122,7 +134,8 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
 
 
 def run(params: dict, out, work_dir=None, agent=None, cfg=None,
-        hooks: dict | None = None, argv: dict | None = None) -> dict:
+        hooks: dict | None = None, argv: dict | None = None, deadline: float | None = None,
+        checkpoint: str = "point") -> dict:
     """Run all seeds of validated ``params``; write the outputs under ``out``.
 
     Args:
@@ -136,11 +149,22 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         after each evaluation point's checkpoint; ``stop_after_points`` (int) returns
         early (simulates a killed run: no outputs written).
       argv: the command-line arguments to record in run.json.
+      deadline: a ``time.perf_counter()`` value, or None: the run stops at the first chunk
+        boundary after which the next chunk (as long as the longest so far) would end
+        later, writes a checkpoint there and returns without result files.
+      checkpoint: ``"point"`` (a checkpoint at every evaluation point) or ``"deadline"``
+        (only when stopped at the deadline).
 
     Returns:
       dict with ``key``, ``resumed_from_rows``, ``records`` (per seed), ``failed``,
-      ``timing``, ``completed`` (False when stopped by a hook).
+      ``timing``, ``completed`` (False when stopped by a hook or the deadline) and
+      ``stopped`` (None, ``"hook"`` or ``"deadline"``).
+
+    Raises:
+      ValueError: ``checkpoint`` is not one of :data:`CHECKPOINT_POLICIES`.
     """
+    if checkpoint not in CHECKPOINT_POLICIES:
+        raise ValueError(f"checkpoint must be one of {CHECKPOINT_POLICIES}, got {checkpoint!r}")
     t_start = time.perf_counter()
     hooks = hooks or {}
     if agent is None:
@@ -217,8 +241,10 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     updates_before = int(counts_all[:start_chunk * chunk_steps].sum())
     total_updates = int(counts_all.sum())
     points_done = 0
-    stopped = False
+    stopped = None
+    longest_chunk = 0.0
     for c in range(start_chunk, n_chunks):
+        t_chunk = time.perf_counter()
         first = c * chunk_steps
         counts = seedmesh.put_replicated(counts_all[first:first + chunk_steps], mesh)
         carry, ep = chunk_c(carry, counts)
@@ -226,8 +252,13 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         for i, s in enumerate(seeds):
             host["episodes"][str(s)] += recording.episodes_from_chunk(ep, first, i, s)
         if (c + 1) % chunks_per_point:
+            host["chunk"] = c + 1
             _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds),
                       t_loop)
+            longest_chunk = max(longest_chunk, time.perf_counter() - t_chunk)
+            if _past(deadline, longest_chunk) and c + 1 < n_chunks:
+                stopped = "deadline"
+                break
             continue
         carry, report = point_c(carry)
         report = jax.device_get(report)
@@ -243,7 +274,8 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
                 host["failed"][k] = f"rows {rec['rows']}: {reason}"
                 _log(f"seed {s} FAILED at rows {rec['rows']}: {reason}")
         host["chunk"] = c + 1
-        ckptlib.save(ckdir, carry, host)
+        if checkpoint == "point":
+            ckptlib.save(ckdir, carry, host)
         _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds), t_loop,
                   evals={s: host["records"][str(s)][-1]["eval_mean"] for s in seeds
                          if host["records"][str(s)]})
@@ -251,8 +283,18 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         if "after_point" in hooks:
             carry = seedmesh.put_seeds(hooks["after_point"](carry, c // chunks_per_point), mesh)
         if hooks.get("stop_after_points") and points_done >= hooks["stop_after_points"]:
-            stopped = True
+            stopped = "hook"
             break
+        longest_chunk = max(longest_chunk, time.perf_counter() - t_chunk)
+        if _past(deadline, longest_chunk) and c + 1 < n_chunks:
+            stopped = "deadline"
+            break
+    if stopped == "deadline":
+        t_save = time.perf_counter()
+        ckptlib.save(ckdir, carry, host)
+        _log(f"deadline: stopped at rows {host['chunk'] * chunk_steps * NUM_ENVS}, checkpoint "
+             f"written in {time.perf_counter() - t_save:.1f} s (key {key}); the same command "
+             f"resumes")
 
     wall = time.perf_counter() - t_start
     loop_s = time.perf_counter() - t_loop
@@ -267,7 +309,7 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     }
     result = {"key": key, "resumed_from_rows": resumed, "records": host["records"],
               "episodes": host["episodes"], "failed": dict(host["failed"]), "timing": timing,
-              "completed": not stopped}
+              "completed": stopped is None, "stopped": stopped}
     if stopped:
         return result
     agent_state = carry["agent"]
@@ -277,6 +319,11 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     _log(f"done: {rows} rows, {total_updates} updates per seed, wall {format_duration(wall)}; "
          f"outputs in {out}")
     return result
+
+
+def _past(deadline: float | None, chunk_s: float) -> bool:
+    """Whether one more chunk of ``chunk_s`` seconds would end after ``deadline``."""
+    return deadline is not None and time.perf_counter() + chunk_s >= deadline
 
 
 def _progress(c, chunk_steps, counts_all, updates_before, total_updates, n_seeds, t_loop,
@@ -303,13 +350,26 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None,
                     help="checkpoint root (default: $DREAMER_PARITY_WORK_DIR, else "
                          "${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs)")
+    ap.add_argument("--deadline-s", type=float, default=None, metavar="S",
+                    help="stop at a chunk boundary before S seconds from the start, write a "
+                         "checkpoint and exit 3; the same command resumes")
+    ap.add_argument("--checkpoint", choices=CHECKPOINT_POLICIES, default="point",
+                    help="write checkpoints at every evaluation point (point, default) or "
+                         "only at the deadline (deadline)")
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     from ...provenance import REPO_ROOT, PinError, check_pins
     try:
         params = paramslib.load(args.params)
         # what this process imports must be what requirements.lock pins (before any compile;
         # $DREAMER_PARITY_ALLOW_VERSIONS=1 runs anyway and run.json records the override)
         check_pins(REPO_ROOT / "requirements.lock")
+        if args.deadline_s is not None and not (0 < args.deadline_s < 1e7):
+            raise RunParamsError(f"--deadline-s {args.deadline_s}: must be a positive number "
+                                 f"of seconds below 1e7")
+        if args.checkpoint == "deadline" and args.deadline_s is None:
+            raise RunParamsError("--checkpoint deadline needs --deadline-s (otherwise no "
+                                 "checkpoint is ever written)")
         if args.work_dir is None:
             from .checkpoint import default_root
             args.work_dir = str(default_root())
@@ -342,11 +402,13 @@ def main(argv=None) -> int:
     from ...provenance import relative_to_roots
     from .checkpoint import user_cache_root
     roots = {"repo": REPO_ROOT, "cwd": Path.cwd(), "user-cache": user_cache_root()}
-    run(params, args.out, args.work_dir,
-        argv={"params": relative_to_roots(args.params, roots),
-              "out": relative_to_roots(args.out, roots),
-              "work_dir": relative_to_roots(args.work_dir, roots)})
-    return 0
+    result = run(params, args.out, args.work_dir,
+                 argv={"params": relative_to_roots(args.params, roots),
+                       "out": relative_to_roots(args.out, roots),
+                       "work_dir": relative_to_roots(args.work_dir, roots)},
+                 deadline=None if args.deadline_s is None else started + args.deadline_s,
+                 checkpoint=args.checkpoint)
+    return EXIT_DEADLINE if result["stopped"] == "deadline" else 0
 
 
 if __name__ == "__main__":
