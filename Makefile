@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags gpu-wheels
+.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels
 
 venv: $(STAMP)
 
@@ -74,10 +74,12 @@ bench-ratio: venv reference-setup
 round-tags: venv
 	$(PY) -m dreamer_parity.rounds tag $(if $(FORCE),--force)
 
-# The wheels the GPU machine lacks (gymnax and what it needs; about 1 MiB) into the git-ignored
-# .gpu-wheels/, for benchmarks/gpu_check.py there: the device call carries [".gpu-wheels"].
-gpu-wheels: venv
-	$(PY) benchmarks/gpu_check.py --download-wheels
+# The wheels the device machines lack and the TPU machine's index does not hold (gymnax, what
+# it needs, seaborn; about 1.3 MiB) into the git-ignored .accel-wheels/, for
+# benchmarks/device_env.sh and benchmarks/accel_check.py there: the device call carries
+# [".accel-wheels"].
+accel-wheels: venv
+	$(PY) benchmarks/accel_check.py --download-wheels
 
 clean-venv:
 	rm -rf $(VENV)

@@ -23,7 +23,7 @@ class StubConfig:
 
 
 def config_for_profile(profile: str) -> StubConfig:
-    """The stub's one config, whatever the profile (``benchmarks/gpu_check.py --agent``)."""
+    """The stub's one config, whatever the profile (``benchmarks/accel_check.py --agent``)."""
     return StubConfig()
 
 

@@ -1,20 +1,23 @@
-"""The candidate on a GPU: one prepared check of its speed, memory and numerics.
+"""The candidate on an accelerator (TPU or GPU): one check of its speed, memory and numerics.
 
-On the GPU machine, from the repository root (docs/CANDIDATE.md#gpu)::
+On the lent TPU machine, from the repository root (docs/CANDIDATE.md#accelerators)::
 
-    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --out $OUT --budget-s 420
+    . benchmarks/device_env.sh && PYTHONUNBUFFERED=1 python3 benchmarks/accel_check.py \\
+        --out $OUT --budget-s 420
 
-Before that, here: ``make gpu-wheels`` (``python benchmarks/gpu_check.py
---download-wheels``), which puts into the git-ignored ``.gpu-wheels/`` the pure-Python wheels
-the GPU machine lacks (:data:`GPU_WHEELS` at the versions of ``requirements.lock``, about
-1 MiB).  The device call must carry them: ``carry: [".gpu-wheels"]``.  This script installs
-those the interpreter lacks with ``pip --no-index --no-deps`` into a temporary directory
-(nothing is installed into the interpreter's own environment).
+Before that, here: ``make accel-wheels`` (``python benchmarks/accel_check.py
+--download-wheels``), which puts into the git-ignored ``.accel-wheels/`` the pure-Python wheels
+the device machine lacks and its package index does not hold (:data:`ACCEL_WHEELS` at the
+versions of ``requirements.lock``, about 1.3 MiB).  The device call must carry them:
+``carry: [".accel-wheels"]``.  This script installs those the interpreter lacks with ``pip
+--no-index --no-deps`` into a temporary directory (nothing is installed into the
+interpreter's own environment); ``benchmarks/device_env.sh`` installs the rest from the TPU
+machine's own index.
 
 What it measures, each part in a fresh child process (its own device, its own peak memory,
 and an out-of-memory failure that ends that child only):
 
-1. ``probe``: the jax backend (``--platform``, default ``cuda``), its devices, the device
+1. ``probe``: the jax backend (``--platform``, default ``tpu``), its devices, the device
    memory limit, the versions and the provenance (:func:`dreamer_parity.provenance.collect`).
 2. For each seed count of ``--seeds`` (default 1, 10, 100), then counts growing by
    ``--grow`` until the device memory runs out, ``--max-seeds`` is reached or the budget
@@ -30,12 +33,13 @@ and an out-of-memory failure that ends that child only):
    1-seed train step on the device and on the CPU backend of the same machine (the CPU
    side runs alongside the device phases on the upper half of the cores, unless
    ``--cpu-compare after``), and the largest difference of each training metric; on the
-   device also with ``jax_default_matmul_precision=highest`` (the default lets XLA:GPU
-   multiply float32 in TF32).
+   device also at the other ``jax_default_matmul_precision`` values of
+   ``--compare-precisions`` (at the default, XLA:TPU multiplies float32 in one bfloat16 pass
+   and XLA:GPU in TF32).
 
 Every phase gets what is left of ``--budget-s``; one that is still running when the budget
 ends is stopped, and one that does not fit is skipped; either is recorded with its reason.
-``<out>/gpu_check.json`` is rewritten (atomically) after every phase; the end prints a
+``<out>/accel_check.json`` is rewritten (atomically) after every phase; the end prints a
 Markdown table.  Exit status: 0 when every phase ran or was skipped or stopped for the budget
 (a growing count that ran out of memory included), 1 when a phase failed otherwise, 2 on bad
 arguments or a missing package.
@@ -58,20 +62,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# the checkout this script lies in, not an installed copy (the GPU machine has none)
+# the checkout this script lies in, not an installed copy (the device machine has none)
 sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
 
-#: Distributions the GPU machine lacks (docs/CANDIDATE.md#gpu); their versions come from
-#: requirements.lock.  gymnax imports gymnasium, which needs farama-notifications.
-GPU_WHEELS = ("gymnax", "gymnasium", "farama-notifications")
+#: Distributions the device machines lack and the TPU machine's index does not hold
+#: (docs/CANDIDATE.md#accelerators); their versions come from requirements.lock.  gymnax
+#: imports gymnasium, which needs farama-notifications, and seaborn.
+ACCEL_WHEELS = ("gymnax", "gymnasium", "farama-notifications", "seaborn")
 #: Modules the candidate's programs import besides the standard library (gymnax imports
 #: six, matplotlib and seaborn when it is imported).
 NEEDED_MODULES = ("jax", "jaxlib", "numpy", "optax", "flax", "gymnax", "gymnasium", "six",
                   "matplotlib", "seaborn", "yaml")
-WHEEL_DIR = ".gpu-wheels"
-JSON_NAME = "gpu_check.json"
+WHEEL_DIR = ".accel-wheels"
+JSON_NAME = "accel_check.json"
 NUM_ENVS = 16
 GATE_STEPS = 65            # vector steps up to and including the gate's row 1,040
 RESERVE_S = 3.0            # kept back at the end for the last write and the table
@@ -137,26 +142,26 @@ def install_wheels(wheel_dir, target) -> list[dict]:
 
 
 def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
-    """Download :data:`GPU_WHEELS` at their ``lock`` versions into ``dest`` (pure-Python
-    wheels for CPython 3.12 on x86-64 Linux, no dependencies), removing other wheels there.
+    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest`` (pure-Python
+    wheels for CPython 3.11 on x86-64 Linux, no dependencies), removing other wheels there.
 
     Raises RuntimeError naming a package the lock does not pin, or pip's last line.
     """
     pins = provenance.read_pins(lock)
-    missing = [n for n in GPU_WHEELS if n not in pins]
+    missing = [n for n in ACCEL_WHEELS if n not in pins]
     if missing:
         raise RuntimeError(f"{Path(lock).name} pins no version of {', '.join(missing)}")
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    wanted = {(n, pins[n]) for n in GPU_WHEELS}
+    wanted = {(n, pins[n]) for n in ACCEL_WHEELS}
     for old in dest.glob("*.whl"):
         if wheel_name(old) not in wanted:
             old.unlink()
     r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "--python-version", "3.12", "--implementation",
+                        "--only-binary=:all:", "--python-version", "3.11", "--implementation",
                         "cp", "--platform", "manylinux_2_17_x86_64", "--platform", "any",
                         "--disable-pip-version-check", "-d", str(dest),
-                        *(f"{n}=={pins[n]}" for n in GPU_WHEELS)], capture_output=True, text=True)
+                        *(f"{n}=={pins[n]}" for n in ACCEL_WHEELS)], capture_output=True, text=True)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"pip download failed: {last}")
@@ -526,7 +531,7 @@ class Check:
         self.a, self.t_start = a, t_start
         self.deadline = t_start + a.budget_s - RESERVE_S
         self.out = Path(a.out) / JSON_NAME
-        self.res = {"schema": "gpu_check/1", "argv": _argv_recorded(sys.argv[1:]),
+        self.res = {"schema": "accel_check/1", "argv": _argv_recorded(sys.argv[1:]),
                     "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "budget_s": a.budget_s, "settings": {
                         k: getattr(a, k) for k in (
@@ -555,14 +560,14 @@ class Check:
                 f"budget: {max(left, 0):.0f} s left" + (
                     f", the last {ph['kind']} phase took {est:.0f} s" if est else "")))
             self.res["phases"].append(ph)
-            print(f"gpu_check: {ph['name']}: skipped ({ph['reason']})", file=sys.stderr)
+            print(f"accel_check: {ph['name']}: skipped ({ph['reason']})", file=sys.stderr)
             return False
         return True
 
     def run_phase(self, ph: dict, side_cpus=None) -> dict:
         if not self.fits(ph):
             return ph
-        print(f"gpu_check: {ph['name']} ...", file=sys.stderr, flush=True)
+        print(f"accel_check: {ph['name']} ...", file=sys.stderr, flush=True)
         child = Child(ph, _spec(self.a, ph, side_cpus), _env(self.a, ph["side"]), self.tmp)
         return self.finish(child)
 
@@ -573,7 +578,7 @@ class Check:
             self.last[ph["kind"]] = ph["seconds"]
         if ph["status"] == "ok" and ph["kind"] == "probe":
             self.res["device"] = ph["result"]
-        print(f"gpu_check: {ph['name']}: {ph['status']} in {ph['seconds']:.1f} s"
+        print(f"accel_check: {ph['name']}: {ph['status']} in {ph['seconds']:.1f} s"
               + (f" ({ph['reason']})" if ph.get("reason") else "") + _brief(ph),
               file=sys.stderr, flush=True)
         self.write()
@@ -601,7 +606,7 @@ class Check:
                 cores = sorted(os.sched_getaffinity(0))
                 cpus = cores[len(cores) // 2:] if len(cores) >= 4 else None
                 ph["cpus"] = len(cpus) if cpus else len(cores)
-                print("gpu_check: compare-cpu started alongside ...", file=sys.stderr, flush=True)
+                print("accel_check: compare-cpu started alongside ...", file=sys.stderr, flush=True)
                 cpu_child = Child(ph, _spec(a, ph, cpus), _env(a, "cpu"), tmp)
         grow_ok, n = True, max(a.seeds)
         for ph in _phases(a)[1:]:
@@ -673,7 +678,7 @@ def print_table(res: dict) -> None:
     """The figures as a Markdown table on stdout."""
     s = res["summary"]
     dev = (res.get("device") or {}).get("backend") or {}
-    print(f"\ngpu_check: {dev.get('device_kind')} ({dev.get('platform')}), "
+    print(f"\naccel_check: {dev.get('device_kind')} ({dev.get('platform')}), "
           f"{res['date_utc']}, {res['elapsed_s']:.0f} s of {res['budget_s']:.0f}")
     print("\n| seeds | step: seed-updates/s | step compile s | step peak MiB "
           "| loop: seed-updates/s | loop compile s | loop peak MiB |")
@@ -716,11 +721,12 @@ def _positive(kind):
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="See the module docstring (docs/CANDIDATE.md#gpu).")
-    ap.add_argument("--out", help="directory for gpu_check.json (created)")
+                                 epilog="See the module docstring (docs/CANDIDATE.md#accelerators).")
+    ap.add_argument("--out", help="directory for accel_check.json (created)")
     ap.add_argument("--budget-s", type=_positive(float), default=420.0,
                     help="wall seconds for the whole check (default 420: inside 8 minutes)")
-    ap.add_argument("--platform", default="cuda", help="JAX_PLATFORMS of the device phases")
+    ap.add_argument("--platform", default="tpu", help="JAX_PLATFORMS of the device phases "
+                    "(tpu, cuda)")
     ap.add_argument("--profile", default="full", choices=("full", "smoke"))
     ap.add_argument("--agent", default="dreamer_parity.candidate.agent",
                     help="agent module of the candidate's API (the tests use a stand-in)")
@@ -737,12 +743,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rows", type=_positive(int), default=24000, help="replay sized for these rows")
     ap.add_argument("--compare-updates", type=int, default=3,
                     help="updates of the device-CPU comparison (0: none)")
-    ap.add_argument("--compare-precisions", nargs="+", default=["default", "highest"],
+    ap.add_argument("--compare-precisions", nargs="+", default=["default", "high", "highest"],
                     choices=("default", "high", "highest"))
     ap.add_argument("--cpu-compare", default="alongside", choices=("alongside", "after"),
                     help="run the CPU side of the comparison alongside the device phases "
                          "(upper half of the cores) or after the first count")
-    ap.add_argument("--versions", default="gpu-h200",
+    ap.add_argument("--versions", default="none",
                     help=f"the version set allowed besides requirements.lock "
                          f"(provenance.VERSION_SETS; 'none': the lock only); "
                          f"${provenance.ALLOW_VERSIONS_ENV}, when set, wins")
@@ -750,7 +756,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="XLA_PYTHON_CLIENT_MEM_FRACTION of the device phases unless set")
     ap.add_argument("--wheels", default=WHEEL_DIR, help="wheel directory (relative to the repository)")
     ap.add_argument("--download-wheels", action="store_true",
-                    help="download GPU_WHEELS into --wheels and exit (make gpu-wheels)")
+                    help="download ACCEL_WHEELS into --wheels and exit (make accel-wheels)")
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     return ap
 
@@ -789,36 +795,36 @@ def main(argv=None) -> int:
         try:
             got = download_wheels(wheel_dir)
         except RuntimeError as e:
-            print(f"gpu_check: error: {e}", file=sys.stderr)
+            print(f"accel_check: error: {e}", file=sys.stderr)
             return 2
         size = sum(p.stat().st_size for p in got)
-        print(f"gpu_check: {len(got)} wheels, {size / 2**20:.2f} MiB in {a.wheels}/ "
+        print(f"accel_check: {len(got)} wheels, {size / 2**20:.2f} MiB in {a.wheels}/ "
               f"(carry [\"{a.wheels}\"]): " + ", ".join(p.name for p in got))
         tree = travelling_bytes()
         if tree is not None:
-            print(f"gpu_check: the working tree that travels with them: "
+            print(f"accel_check: the working tree that travels with them: "
                   f"{(tree + size) / 2**20:.1f} MiB (the device call takes 64 MiB at most)")
         return 0
     _validate(ap, a)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     check = Check(a, t_start)
     res = check.res
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="accel-check-") as tmp:
         tmp = Path(tmp)
         try:
             res["wheels"] = install_wheels(wheel_dir, tmp / "site")
         except (RuntimeError, ValueError) as e:
             res["error"] = f"wheels: {e}"
             check.write()
-            print(f"gpu_check: error: wheels: {e}", file=sys.stderr)
+            print(f"accel_check: error: wheels: {e}", file=sys.stderr)
             return 2
         import importlib.util
         missing = [m for m in NEEDED_MODULES if importlib.util.find_spec(m) is None]
         if missing:
             res["error"] = (f"not installed: {', '.join(missing)} (no wheel in {a.wheels}/: "
-                            f"run `make gpu-wheels` and carry [\"{a.wheels}\"])")
+                            f"run `make accel-wheels` and carry [\"{a.wheels}\"])")
             check.write()
-            print(f"gpu_check: error: {res['error']}", file=sys.stderr)
+            print(f"accel_check: error: {res['error']}", file=sys.stderr)
             return 2
         if a.versions != "none":
             os.environ.setdefault(provenance.ALLOW_VERSIONS_ENV, a.versions)
@@ -828,14 +834,14 @@ def main(argv=None) -> int:
             # a benchmark, not a round: it measures anyway and records why the check failed
             res["versions"] = {"checked": False, "error": str(e),
                                "versions": provenance.package_versions(provenance.PINNED_PACKAGES)}
-            print(f"gpu_check: warning: {e}; measuring anyway (recorded)", file=sys.stderr)
+            print(f"accel_check: warning: {e}; measuring anyway (recorded)", file=sys.stderr)
         res["code"] = {"git": provenance.git_state(REPO, ["src", "benchmarks"]),
                        "sha256_src_and_check": tree_digest(["src/dreamer_parity",
-                                                             "benchmarks/gpu_check.py"])}
+                                                             "benchmarks/accel_check.py"])}
         check.write()
         code = check.run(tmp)
     print_table(res)
-    print(f"gpu_check: wrote {Path(a.out) / JSON_NAME}", file=sys.stderr)
+    print(f"accel_check: wrote {Path(a.out) / JSON_NAME}", file=sys.stderr)
     return code
 
 

@@ -1,10 +1,10 @@
-"""The GPU check (benchmarks/gpu_check.py) run end to end on the CPU backend.
+"""The accelerator check (benchmarks/accel_check.py) run end to end on the CPU backend.
 
-The dry runs call the script as the GPU machine would (a child process per phase, the JSON
+The dry runs call the script as the TPU or GPU machine would (a child process per phase, the JSON
 in --out), with ``--platform cpu``: once with the stand-in agent of ``candidate_stub``
-(growing counts, both comparison precisions, the budget) and once with the real agent at
+(growing counts, the three comparison precisions, the budget) and once with the real agent at
 the smoke profile, so an API change in the agent, the loop or jax breaks the suite rather
-than the one GPU call.
+than the one device call.
 """
 
 import importlib.util
@@ -21,10 +21,10 @@ from dreamer_parity import provenance
 from dreamer_parity.schedule import per_vector_step
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "gpu_check.py"
-_SPEC = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-gpu_check = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(gpu_check)
+SCRIPT = REPO / "benchmarks" / "accel_check.py"
+_SPEC = importlib.util.spec_from_file_location("accel_check", SCRIPT)
+accel_check = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(accel_check)
 
 TINY = ["--platform", "cpu", "--step-updates", "2", "--loop-steps", "2", "--loop-chunks", "1",
         "--rows", "1200", "--compare-updates", "2"]
@@ -40,7 +40,7 @@ def _run(tmp_path, *args, agent_stub=True, timeout=900):
         cmd += ["--agent", "candidate_stub"]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=timeout)
-    res = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    res = json.loads((tmp_path / "out" / "accel_check.json").read_text())
     return r, res
 
 
@@ -52,10 +52,10 @@ def test_dry_run_with_the_stub_grows_compares_and_records(tmp_path):
     r, res = _run(tmp_path, "--seeds", "1", "--max-seeds", "2", "--budget-s", "400")
     assert r.returncode == 0, r.stderr
     names = [p["name"] for p in res["phases"]]
-    # probe, count 1, the highest-precision compare, count 2 (grown; 4 is past --max-seeds),
-    # and the CPU side, which ran alongside (recorded when it ended)
+    # probe, count 1, the high- and highest-precision compares, count 2 (grown; 4 is past
+    # --max-seeds), and the CPU side, which ran alongside (recorded when it ended)
     assert [x for x in names if x != "compare-cpu"] == [
-        "probe", "step-1", "loop-1", "compare-highest", "step-2", "loop-2"], names
+        "probe", "step-1", "loop-1", "compare-high", "compare-highest", "step-2", "loop-2"], names
     assert names.count("compare-cpu") == 1 and names.index("compare-cpu") > 1
     assert _phase(res, "step-2")["grown"] is True
     assert all(p["status"] == "ok" for p in res["phases"]), res["summary"]
@@ -78,7 +78,7 @@ def test_dry_run_with_the_stub_grows_compares_and_records(tmp_path):
     assert step2["seed_updates_per_s"] == pytest.approx(2 * 2 / sum(step2["times_s"][1:]))
     # the same program on the same backend: no difference; the stub's NaN metric (every
     # other update) compares equal to itself
-    for prec in ("default", "highest"):
+    for prec in ("default", "high", "highest"):
         d = s["compare"][prec]
         assert d["max_abs"] == 0.0 and d["max_rel"] == 0.0 and d["max_abs_metric"] is None
         assert d["metrics"] == 6 and d["only_one_side"] == []
@@ -86,8 +86,8 @@ def test_dry_run_with_the_stub_grows_compares_and_records(tmp_path):
     assert len(dev["vector_loss"]) == 2 and dev["maybe_nan"][1] is None
     assert res["versions"]["checked"] is True and res["versions"]["version_set"] is None
     assert res["argv"][:2] == ["--out", "<out>"]
-    assert res["code"]["sha256_src_and_check"] == gpu_check.tree_digest(
-        ["src/dreamer_parity", "benchmarks/gpu_check.py"])
+    assert res["code"]["sha256_src_and_check"] == accel_check.tree_digest(
+        ["src/dreamer_parity", "benchmarks/accel_check.py"])
     assert "| 2 |" in r.stdout and "every value equal" in r.stdout
 
 
@@ -129,7 +129,7 @@ def test_real_agent_smoke_dry_run(tmp_path):
 def test_metric_differences_pick_the_largest_and_handle_non_finite():
     dev = {"a": [1.0, 2.0], "b": [0.0, None], "c": [float("inf"), 1.0], "d": [5.0]}
     cpu = {"a": [1.0, 2.5], "b": [0.0, None], "c": [1.0, 1.0], "e": [1.0]}
-    d = gpu_check.metric_differences(dev, cpu)
+    d = accel_check.metric_differences(dev, cpu)
     assert d["per_metric"]["a"] == {"max_abs": 0.5, "max_rel": 0.2}
     assert d["per_metric"]["b"] == {"max_abs": 0.0, "max_rel": 0.0}
     assert d["max_abs"] == float("inf") and d["max_abs_metric"] == "c"
@@ -138,16 +138,16 @@ def test_metric_differences_pick_the_largest_and_handle_non_finite():
 
 
 def test_classify_tells_oom_from_error_and_reads_the_result():
-    ok = gpu_check.classify(0, 'noise\nPHASE {"x": 1}\n', "", False, 1.0)
+    ok = accel_check.classify(0, 'noise\nPHASE {"x": 1}\n', "", False, 1.0)
     assert ok == {"status": "ok", "result": {"x": 1}}
     err = "Traceback (most recent call last):\n  File x\njaxlib.XlaRuntimeError: " \
           "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123 bytes.\n"
-    oom = gpu_check.classify(1, "", err, False, 1.0)
+    oom = accel_check.classify(1, "", err, False, 1.0)
     assert oom["status"] == "oom" and oom["reason"].startswith("jaxlib.XlaRuntimeError")
-    bad = gpu_check.classify(1, "", "Traceback\n  File y\nKeyError: 'nope'\n", False, 1.0)
+    bad = accel_check.classify(1, "", "Traceback\n  File y\nKeyError: 'nope'\n", False, 1.0)
     assert bad["status"] == "error" and bad["reason"] == "KeyError: 'nope'"
-    assert gpu_check.classify(0, "", "", False, 1.0)["reason"] == "exit 0"
-    st = gpu_check.classify(-9, "", "", True, 12.4)
+    assert accel_check.classify(0, "", "", False, 1.0)["reason"] == "exit 0"
+    st = accel_check.classify(-9, "", "", True, 12.4)
     assert st == {"status": "stopped", "reason": "budget ended after 12 s of this phase"}
 
 
@@ -170,28 +170,28 @@ def _wheel(dest: Path, name: str, version: str) -> Path:
 def test_only_missing_wheels_are_installed_into_the_target(tmp_path, monkeypatch):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    _wheel(wheels, "dp-gpu-check-probe", "0.1")
+    _wheel(wheels, "dp-accel-check-probe", "0.1")
     numpy_version = provenance.package_versions(("numpy",))["numpy"]
     _wheel(wheels, "numpy", "0.0.1")     # installed already: left alone
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("PYTHONPATH", "")
-    plan = gpu_check.install_wheels(wheels, tmp_path / "site")
+    plan = accel_check.install_wheels(wheels, tmp_path / "site")
     by = {p["name"]: p for p in plan}
-    assert by["dp-gpu-check-probe"]["action"] == "install"
-    assert by["dp-gpu-check-probe"]["installed"] is None
+    assert by["dp-accel-check-probe"]["action"] == "install"
+    assert by["dp-accel-check-probe"]["installed"] is None
     assert by["numpy"] == {"wheel": "numpy-0.0.1-py3-none-any.whl", "name": "numpy",
                            "version": "0.0.1", "installed": numpy_version, "action": "present"}
-    assert (tmp_path / "site" / "dp_gpu_check_probe_probe.py").read_text() == "VALUE = 7\n"
+    assert (tmp_path / "site" / "dp_accel_check_probe_probe.py").read_text() == "VALUE = 7\n"
     assert not (tmp_path / "site" / "numpy_probe.py").exists()
     assert os.environ["PYTHONPATH"] == str(tmp_path / "site")
     assert sys.path[0] == str(tmp_path / "site")
 
 
 def test_wheel_names_and_bad_arguments():
-    assert gpu_check.wheel_name("Farama_Notifications-0.0.6-py3-none-any.whl") == (
+    assert accel_check.wheel_name("Farama_Notifications-0.0.6-py3-none-any.whl") == (
         "farama-notifications", "0.0.6")
     with pytest.raises(ValueError, match="notes.txt: not a wheel file name"):
-        gpu_check.wheel_name("notes.txt")
+        accel_check.wheel_name("notes.txt")
     for args, msg in ((["--seeds", "0"], "argument --seeds: '0' must be positive"),
                       (["--versions", "gpu-x"], "--versions 'gpu-x' is not in"),
                       (["--rows", "1000"], "--rows must be a multiple of 16"),
@@ -205,14 +205,15 @@ def test_wheel_names_and_bad_arguments():
 
 def test_the_wheels_are_pinned_by_the_lock():
     pins = provenance.read_pins(REPO / "requirements.lock")
-    assert {n: pins[n] for n in gpu_check.GPU_WHEELS} == {
-        "gymnax": "1.0.1", "gymnasium": "1.3.0", "farama-notifications": "0.0.6"}
+    assert {n: pins[n] for n in accel_check.ACCEL_WHEELS} == {
+        "gymnax": "1.0.1", "gymnasium": "1.3.0", "farama-notifications": "0.0.6",
+        "seaborn": "0.13.2"}
 
 
 def test_the_tree_a_device_call_sends_stays_under_its_limit():
     # the device call sends the tracked and untracked, not ignored files plus the carried
-    # wheels (about 1 MiB), 64 MiB at most (docs/CANDIDATE.md#gpu)
-    sent = gpu_check.travelling_bytes()
+    # wheels (about 1 MiB), 64 MiB at most (docs/CANDIDATE.md#accelerators)
+    sent = accel_check.travelling_bytes()
     if sent is None:
         pytest.skip("not a git checkout")
     assert sent > (REPO / "requirements.lock").stat().st_size + SCRIPT.stat().st_size

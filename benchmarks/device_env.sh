@@ -1,0 +1,42 @@
+# The candidate's packages on the lent TPU machine; source it at the start of a device call:
+#
+#   . benchmarks/device_env.sh && PYTHONPATH=src:$PYTHONPATH python3 -m ...
+#
+# The machine has Python 3.11 with jax, jaxlib 0.10.2 and numpy 2.4.6 (requirements.lock's
+# pins) on its PYTHONPATH, and its own package index (file:///opt/pypi/simple).  This installs,
+# once per machine, into $HOME/dreamer-parity-deps (appended to PYTHONPATH, so that the jax a
+# package brings along never hides the machine's):
+#   - from that index, at requirements.lock's versions: flax, optax, matplotlib, PyYAML, six,
+#     pandas (and what they need);
+#   - from the carried wheels in .accel-wheels/ (`make accel-wheels` here, `carry:
+#     [".accel-wheels"]`): gymnax, gymnasium, farama-notifications, seaborn, without deps.
+# A marker named after requirements.lock's checksum skips the install on a warm machine (the
+# candidate's compilation cache and checkpoints live in $HOME too, under ~/.cache/dreamer-parity:
+# kept while the machine stays warm).  Returns non-zero, naming what failed, when an install fails.
+
+_dp_deps="$HOME/dreamer-parity-deps"
+_dp_mark="$_dp_deps/.installed-$(cksum requirements.lock | cut -d' ' -f1)"
+_dp_pins() {  # NAME... -> NAME==VERSION from requirements.lock (case-insensitive)
+  for n in "$@"; do
+    grep -i -E "^${n}==" requirements.lock || { echo "device_env: requirements.lock pins no $n" >&2; return 1; }
+  done
+}
+if [ ! -f "$_dp_mark" ]; then
+  _dp_t0=$(date +%s)
+  mkdir -p "$_dp_deps"
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
+      --disable-pip-version-check --no-compile --index-url file:///opt/pypi/simple \
+      --target "$_dp_deps" $(_dp_pins flax optax matplotlib PyYAML six pandas) \
+    || { echo "device_env: install from the machine's index failed" >&2; return 1; }
+  ls .accel-wheels/*.whl >/dev/null 2>&1 \
+    || { echo "device_env: no .accel-wheels/*.whl: run 'make accel-wheels' here and carry [\".accel-wheels\"]" >&2; return 1; }
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
+      --no-compile --disable-pip-version-check --upgrade --target "$_dp_deps" .accel-wheels/*.whl \
+    || { echo "device_env: install of .accel-wheels failed" >&2; return 1; }
+  touch "$_dp_mark"
+  echo "device_env: installed into \$HOME/dreamer-parity-deps in $(( $(date +%s) - _dp_t0 )) s" >&2
+else
+  echo "device_env: packages already installed on this machine" >&2
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$_dp_deps"
+unset _dp_t0 _dp_mark
