@@ -29,13 +29,16 @@ and an out-of-memory failure that ends that child only):
    two.  Each prints seed-updates per
    second after compilation, compile seconds and peak device memory (``memory_stats`` of
    the device; on the CPU backend, which has none, the process's peak resident memory).
+   The step and loop phases run at ``--precision`` (``jax_default_matmul_precision``,
+   default: jax's own).
 3. ``compare``: ``--compare-updates`` updates of one seed (fixed keys and batch) with the
    1-seed train step on the device and on the CPU backend of the same machine (the CPU
    side runs alongside the device phases on the upper half of the cores, unless
    ``--cpu-compare after``), and the largest difference of each training metric; on the
    device also at the other ``jax_default_matmul_precision`` values of
    ``--compare-precisions`` (at the default, XLA:TPU multiplies float32 in one bfloat16 pass
-   and XLA:GPU in TF32).
+   and XLA:GPU in TF32); each of these also times ``--step-updates`` 1-seed updates, so
+   every precision has its rate.
 
 Every phase gets what is left of ``--budget-s``; one that is still running when the budget
 ends is stopped, and one that does not fit is skipped; either is recorded with its reason.
@@ -233,6 +236,13 @@ def _agent(spec):
     return agent, make(spec["profile"])
 
 
+def _set_precision(jax, spec) -> None:
+    """``jax_default_matmul_precision`` of the phase: ``spec["precision"]`` (``default``
+    leaves jax's own default)."""
+    p = spec.get("precision", "default")
+    jax.config.update("jax_default_matmul_precision", None if p == "default" else p)
+
+
 def _step_program(spec):
     """``(jax, cfg, compiled jit(vmap(train_step)), states, batches, compile_s)`` for
     ``spec["seeds"]`` seeds, compiled with the run's options for this backend."""
@@ -242,8 +252,7 @@ def _step_program(spec):
 
     from dreamer_parity.candidate.runtime import loop
 
-    if spec.get("precision", "default") != "default":
-        jax.config.update("jax_default_matmul_precision", spec["precision"])
+    _set_precision(jax, spec)
     lib = train_step_lib()
     agent, cfg = _agent(spec)
     n = spec["seeds"]
@@ -303,6 +312,7 @@ def _child_loop(spec) -> dict:
     from dreamer_parity.candidate.runtime import loop
     from dreamer_parity.schedule import per_vector_step
 
+    _set_precision(jax, spec)
     agent, cfg = _agent(spec)
     n, cs, timed = spec["seeds"], spec["loop_steps"], spec["loop_chunks"]
     progs = loop.build(agent, cfg, capacity=spec["rows"] // NUM_ENVS, chunk_steps=cs,
@@ -339,7 +349,7 @@ def _child_loop(spec) -> dict:
             "chunk_times_s": times[1:], "timed_updates": u, "timed_s": t,
             "update_s": t / u, "seed_updates_per_s": n * u / t, "updates_done": done,
             "state_bytes_per_seed": state_bytes // n, "memory": _jax_memory(jax),
-            "backend": provenance.backend()}
+            "backend": provenance.backend(), "precision": spec.get("precision", "default")}
 
 
 _CHILDREN = {"probe": _child_probe, "step": _child_step, "loop": _child_loop}
@@ -431,7 +441,7 @@ def _phases(a) -> list[dict]:
             out.append(_cpu_compare_phase())
     if a.compare_updates:
         out += [{"name": f"compare-{p}", "kind": "step", "side": "device", "seeds": 1,
-                 "compare": p, "timing": False} for p in a.compare_precisions
+                 "compare": p, "timing": True} for p in a.compare_precisions
                 if p != "default" or not compare_done]
     return out
 
@@ -445,11 +455,12 @@ def _spec(a, ph: dict, cpus=None) -> dict:
     spec = {"kind": ph["kind"], "profile": a.profile, "agent": a.agent,
             "seeds": ph.get("seeds", 1),
             "batch": 16, "length": 65, "rows": a.rows, "loop_steps": a.loop_steps,
-            "loop_chunks": a.loop_chunks, "cpus": cpus}
+            "loop_chunks": a.loop_chunks, "cpus": cpus,
+            "precision": a.precision if ph["side"] == "device" else "default"}
     if ph["kind"] == "step":
         spec.update(updates=0 if ph.get("timing") is False else a.step_updates,
                     compare_updates=a.compare_updates if ph.get("compare") else 0,
-                    precision=ph.get("compare") or "default")
+                    precision=ph.get("compare") or spec["precision"])
     return spec
 
 
@@ -537,7 +548,8 @@ class Check:
                         k: getattr(a, k) for k in (
                             "platform", "profile", "agent", "seeds", "parts", "grow", "max_seeds", "step_updates",
                             "loop_steps", "loop_chunks", "rows", "compare_updates",
-                            "compare_precisions", "cpu_compare", "versions", "mem_fraction")},
+                            "compare_precisions", "cpu_compare", "versions", "mem_fraction",
+                            "precision")},
                     "phases": []}
         self.res["settings"]["compilation_cache"] = bool(
             os.environ.get("JAX_COMPILATION_CACHE_DIR"))
@@ -743,6 +755,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rows", type=_positive(int), default=24000, help="replay sized for these rows")
     ap.add_argument("--compare-updates", type=int, default=3,
                     help="updates of the device-CPU comparison (0: none)")
+    ap.add_argument("--precision", default="default", choices=("default", "high", "highest"),
+                    help="jax_default_matmul_precision of the timed step and loop phases on "
+                         "the device (the compare phases set their own)")
     ap.add_argument("--compare-precisions", nargs="+", default=["default", "high", "highest"],
                     choices=("default", "high", "highest"))
     ap.add_argument("--cpu-compare", default="alongside", choices=("alongside", "after"),
