@@ -78,19 +78,6 @@ class KeepError(ValueError):
     """A run cannot be kept; the message is one line naming the file or argument."""
 
 
-def _set(raw: dict, assignment: str) -> None:
-    key, sep, value = assignment.partition("=")
-    if not sep or not key:
-        raise KeepError(f"--set {assignment!r}: expected KEY=VALUE")
-    *parents, last = key.split(".")
-    d = raw
-    for k in parents:
-        d = d.setdefault(k, {})
-        if not isinstance(d, dict):
-            raise KeepError(f"--set {key}: {k} is not a section")
-    d[last] = P.parse_yaml(value) if value else value
-
-
 def load_params(params_file: str | None, sets: list[str]) -> dict | None:
     """The round's validated params from ``params_file`` with ``sets`` applied, or None.
 
@@ -102,10 +89,7 @@ def load_params(params_file: str | None, sets: list[str]) -> dict | None:
             raise KeepError("--set needs --params")
         return None
     try:
-        raw = P.load(params_file)
-        for s in sets:
-            _set(raw, s)
-        return P.validate(raw)
+        return P.load(params_file, sets)
     except P.ParamsError as e:
         raise KeepError(str(e)) from None
     except FileNotFoundError:

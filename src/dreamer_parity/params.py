@@ -637,8 +637,29 @@ def parse_yaml(text: str, name: str = "params.yaml"):
             loader.dispose()
 
 
-def load(path: str | Path = "params.yaml") -> dict:
-    """Read and validate a params file (main venv: uses PyYAML).
+def apply_set(raw: dict, assignment: str) -> None:
+    """Apply one ``KEY=VALUE`` to ``raw`` (unvalidated params) in place, as ``dvc exp run
+    -S`` would: a dotted key names a nested entry (sections are created), and the value is
+    read as YAML (:func:`parse_yaml`; an empty value stays the empty string).
+
+    Raises:
+      ParamsError: ``--set``: not ``KEY=VALUE``, or a part of the key that is not a section.
+    """
+    key, sep, value = assignment.partition("=")
+    if not sep or not key:
+        raise ParamsError("--set", f"{quote(assignment)}: expected KEY=VALUE")
+    *parents, last = key.split(".")
+    d = raw
+    for k in parents:
+        d = d.setdefault(k, {})
+        if not isinstance(d, dict):
+            raise ParamsError("--set", f"{quote(key)}: {quote(k)} is not a section")
+    d[last] = parse_yaml(value, "--set") if value else value
+
+
+def load(path: str | Path = "params.yaml", sets=()) -> dict:
+    """Read and validate a params file (main venv: uses PyYAML), with the ``KEY=VALUE``
+    assignments ``sets`` applied first (:func:`apply_set`).
 
     Every reader of params.yaml goes through here.  The file is read whole only when it
     holds at most :data:`MAX_FILE_BYTES`; its YAML is parsed by :func:`parse_yaml`
@@ -664,7 +685,12 @@ def load(path: str | Path = "params.yaml") -> dict:
     except records.RecordError as e:
         raise ParamsError("<root>", str(e)) from None
     raw = parse_yaml(text, path.name)
-    return validate({} if raw is None else raw, where=path.name)
+    raw = {} if raw is None else raw
+    for assignment in sets:
+        if not isinstance(raw, dict):
+            break   # validate names the malformed file
+        apply_set(raw, assignment)
+    return validate(raw, where=path.name)
 
 
 def smoke_overrides() -> list[str]:

@@ -3,7 +3,10 @@
 Command line (the DVC stage)::
 
     python -m dreamer_parity.candidate.runtime.run --params params.yaml --out results \\
-        [--work-dir DIR] [--deadline-s S] [--checkpoint point|deadline]
+        [--work-dir DIR] [--deadline-s S] [--checkpoint point|deadline] [--set KEY=VALUE ...]
+
+``--set`` changes a parameter of the file first, as ``dvc exp run -S`` would (a batch of
+seeds on a device: ``--set 'seeds=[10, 11, 12]'``); the run records the parameters it ran.
 
 The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
 is imported or compiled.  All seeds run in one jitted program
@@ -350,6 +353,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None,
                     help="checkpoint root (default: $DREAMER_PARITY_WORK_DIR, else "
                          "${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a parameter of --params first (as dvc exp run -S)")
     ap.add_argument("--deadline-s", type=float, default=None, metavar="S",
                     help="stop at a chunk boundary before S seconds from the start, write a "
                          "checkpoint and exit 3; the same command resumes")
@@ -360,7 +365,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     from ...provenance import REPO_ROOT, PinError, check_pins
     try:
-        params = paramslib.load(args.params)
+        params = paramslib.load(args.params, args.set)
         # what this process imports must be what requirements.lock pins (before any compile;
         # $DREAMER_PARITY_ALLOW_VERSIONS=1 runs anyway and run.json records the override)
         check_pins(REPO_ROOT / "requirements.lock")
@@ -404,6 +409,7 @@ def main(argv=None) -> int:
     roots = {"repo": REPO_ROOT, "cwd": Path.cwd(), "user-cache": user_cache_root()}
     result = run(params, args.out, args.work_dir,
                  argv={"params": relative_to_roots(args.params, roots),
+                       **({"set": list(args.set)} if args.set else {}),
                        "out": relative_to_roots(args.out, roots),
                        "work_dir": relative_to_roots(args.work_dir, roots)},
                  deadline=None if args.deadline_s is None else started + args.deadline_s,
