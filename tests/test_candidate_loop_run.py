@@ -217,7 +217,7 @@ def test_cli_missing_file_and_work_dir_inside_out(tmp_path):
     (["--deadline-s", "nan"], "--deadline-s nan: must be a positive number"),
     (["--set", "seeds"], "params: --set: 'seeds': expected KEY=VALUE"),
     (["--set", "seeds=[1, 1]"], "params: seeds: duplicate seeds"),
-    (["--set", "rows.x=1"], "params: --set: 'rows.x': 'rows' is not a section"),
+    (["--set", "round.x=1"], "params: --set: 'round.x': 'round' is not a section"),
 ])
 def test_cli_refuses_a_deadline_it_cannot_keep(tmp_path, extra, needle):
     r = _cli(tmp_path, "round: x\n", extra)
