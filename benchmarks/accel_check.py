@@ -8,7 +8,7 @@ On the lent TPU machine, from the repository root (docs/CANDIDATE.md#accelerator
 Before that, here: ``make accel-wheels`` (``python benchmarks/accel_check.py
 --download-wheels``), which puts into the git-ignored ``.accel-wheels/`` the pure-Python wheels
 the device machine lacks and its package index does not hold (:data:`ACCEL_WHEELS` at the
-versions of ``requirements.lock``, about 1.3 MiB).  The device call must carry them:
+versions of ``requirements.lock``, about 2 MiB).  The device call must carry them:
 ``carry: [".accel-wheels"]``.  This script installs those the interpreter lacks with ``pip
 --no-index --no-deps`` into a temporary directory (nothing is installed into the
 interpreter's own environment); ``benchmarks/device_env.sh`` installs the rest from the TPU
@@ -70,10 +70,11 @@ sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
 
-#: Distributions the device machines lack and the TPU machine's index does not hold
-#: (docs/CANDIDATE.md#accelerators); their versions come from requirements.lock.  gymnax
-#: imports gymnasium, which needs farama-notifications, and seaborn.
-ACCEL_WHEELS = ("gymnax", "gymnasium", "farama-notifications", "seaborn")
+#: Distributions the device machines lack and the TPU machine's index does not hold at the
+#: lock's version (docs/CANDIDATE.md#accelerators); their versions come from
+#: requirements.lock.  gymnax imports gymnasium, which needs farama-notifications, and
+#: seaborn; the index holds PyYAML 6.0.3 only (a CPython 3.11 x86-64 binary wheel).
+ACCEL_WHEELS = ("gymnax", "gymnasium", "farama-notifications", "seaborn", "pyyaml")
 #: Modules the candidate's programs import besides the standard library (gymnax imports
 #: six, matplotlib and seaborn when it is imported).
 NEEDED_MODULES = ("jax", "jaxlib", "numpy", "optax", "flax", "gymnax", "gymnasium", "six",
@@ -145,8 +146,9 @@ def install_wheels(wheel_dir, target) -> list[dict]:
 
 
 def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
-    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest`` (pure-Python
-    wheels for CPython 3.11 on x86-64 Linux, no dependencies), removing other wheels there.
+    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest`` (wheels for
+    CPython 3.11 on x86-64 Linux, pure Python or manylinux 2.17, no dependencies), removing
+    other wheels there.
 
     Raises RuntimeError naming a package the lock does not pin, or pip's last line.
     """
@@ -162,7 +164,8 @@ def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
             old.unlink()
     r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                         "--only-binary=:all:", "--python-version", "3.11", "--implementation",
-                        "cp", "--platform", "manylinux_2_17_x86_64", "--platform", "any",
+                        "cp", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                        "--platform", "any",
                         "--disable-pip-version-check", "-d", str(dest),
                         *(f"{n}=={pins[n]}" for n in ACCEL_WHEELS)], capture_output=True, text=True)
     if r.returncode != 0:

@@ -6,10 +6,11 @@
 # pins) on its PYTHONPATH, and its own package index (file:///opt/pypi/simple).  This installs,
 # once per machine, into $HOME/dreamer-parity-deps (appended to PYTHONPATH, so that the jax a
 # package brings along never hides the machine's):
-#   - from that index, at requirements.lock's versions: flax, optax, matplotlib, PyYAML, six,
-#     pandas (and what they need);
+#   - from that index, at requirements.lock's versions: flax, optax, matplotlib, six, pandas
+#     (and what they need);
 #   - from the carried wheels in .accel-wheels/ (`make accel-wheels` here, `carry:
-#     [".accel-wheels"]`): gymnax, gymnasium, farama-notifications, seaborn, without deps.
+#     [".accel-wheels"]`): gymnax, gymnasium, farama-notifications, seaborn and PyYAML (the
+#     index holds 6.0.3, the lock pins 6.0.4), without deps.
 # A marker named after requirements.lock's checksum skips the install on a warm machine (the
 # candidate's compilation cache and checkpoints live in $HOME too, under ~/.cache/dreamer-parity:
 # kept while the machine stays warm).  Returns non-zero, naming what failed, when an install fails.
@@ -26,7 +27,7 @@ if [ ! -f "$_dp_mark" ]; then
   mkdir -p "$_dp_deps"
   PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
       --disable-pip-version-check --no-compile --index-url file:///opt/pypi/simple \
-      --target "$_dp_deps" $(_dp_pins flax optax matplotlib PyYAML six pandas) \
+      --target "$_dp_deps" $(_dp_pins flax optax matplotlib six pandas) \
     || { echo "device_env: install from the machine's index failed" >&2; return 1; }
   ls .accel-wheels/*.whl >/dev/null 2>&1 \
     || { echo "device_env: no .accel-wheels/*.whl: run 'make accel-wheels' here and carry [\".accel-wheels\"]" >&2; return 1; }

@@ -207,7 +207,7 @@ def test_the_wheels_are_pinned_by_the_lock():
     pins = provenance.read_pins(REPO / "requirements.lock")
     assert {n: pins[n] for n in accel_check.ACCEL_WHEELS} == {
         "gymnax": "1.0.1", "gymnasium": "1.3.0", "farama-notifications": "0.0.6",
-        "seaborn": "0.13.2"}
+        "seaborn": "0.13.2", "pyyaml": "6.0.4"}
 
 
 def test_the_tree_a_device_call_sends_stays_under_its_limit():
