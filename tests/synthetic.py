@@ -2,8 +2,11 @@
 
 :func:`write_run` writes one consistent run (records, episodes that tile every env's
 rows, run.json with the round's parameters and provenance, timing.json, DONE.json) with
-the writers of :mod:`dreamer_parity.records`.  Evaluation returns come from a caller's
-function so a test knows every statistic's exact value.  No JAX.
+the writers of :mod:`dreamer_parity.records`, and with ``manifest=True`` its
+``MANIFEST.json`` (:mod:`dreamer_parity.manifest`, as a kept run has: a directory source
+of params.yaml must have one); :func:`reseal` rewrites a manifest after a test changed a
+file on purpose.  Evaluation returns come from a caller's function so a test knows every
+statistic's exact value.  No JAX.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from typing import Callable
 
 import numpy as np
 
+from dreamer_parity import manifest as manifest_mod
 from dreamer_parity import records, schedule
 from dreamer_parity.analysis.checks import REFERENCE_COMMIT
-from dreamer_parity.params import eval_points
+from dreamer_parity.params import eval_points, validate
 
-__all__ = ["write_run", "write_round", "episodes_for", "METRICS"]
+__all__ = ["write_run", "write_round", "episodes_for", "METRICS", "reseal", "write_params"]
 
 NUM_ENVS = 16
 #: Training metrics written in every record (reference names).
@@ -50,7 +54,8 @@ def episodes_for(seed: int, last_row: int, rng: np.random.Generator, max_len: in
 def write_run(root, side: str, seed: int, params: dict,
               eval_fn: Callable[[int, int], list[float]] | None = None,
               fail_at: int | None = None, rng_seed: int | None = None,
-              train_fn: Callable[[int, int], dict] | None = None) -> Path:
+              train_fn: Callable[[int, int], dict] | None = None,
+              manifest: bool = False) -> Path:
     """Write one synthetic run ``<root>/s<seed>/`` and return its directory.
 
     Args:
@@ -63,6 +68,7 @@ def write_run(root, side: str, seed: int, params: dict,
         records, DONE.json failed) or None.
       rng_seed: seed of the episode draws (default derived from side and seed).
       train_fn: ``(rows, seed) -> {metric: value}``; default smooth curves.
+      manifest: write the run's ``MANIFEST.json`` last (a kept run's).
     """
     d = Path(root) / f"s{seed}"
     rng = np.random.default_rng(rng_seed if rng_seed is not None else
@@ -115,15 +121,27 @@ def write_run(root, side: str, seed: int, params: dict,
         records.write_done(d, "failed", f"non-finite loss at row {stop_row}")
     else:
         records.write_done(d, "ok")
+    if manifest:
+        manifest_mod.write(d)
     return d
 
 
-def write_round(root, params: dict, eval_fns: dict | None = None, fail: dict | None = None) -> dict:
+def reseal(directory) -> Path:
+    """Rewrite ``<directory>/MANIFEST.json`` for the files it holds now (a test that
+    changes a kept file on purpose, to reach the readers behind the manifest)."""
+    d = Path(directory)
+    (d / manifest_mod.NAME).unlink(missing_ok=True)
+    return manifest_mod.write(d)
+
+
+def write_round(root, params: dict, eval_fns: dict | None = None, fail: dict | None = None,
+                manifest: bool = False) -> dict:
     """Write both sides of a round under ``root/reference`` and ``root/candidate``.
 
     Args:
       eval_fns: ``{side: eval_fn}`` (see :func:`write_run`).
       fail: ``{(side, seed): row}`` seeds that fail at a row.
+      manifest: each run with its ``MANIFEST.json`` (see :func:`write_run`).
 
     Returns:
       ``{"reference": Path, "candidate": Path}``.
@@ -132,6 +150,17 @@ def write_round(root, params: dict, eval_fns: dict | None = None, fail: dict | N
     for side in records.SIDES:
         for s in params["seeds"]:
             write_run(Path(root) / side, side, s, params, (eval_fns or {}).get(side),
-                      (fail or {}).get((side, s)))
+                      (fail or {}).get((side, s)), manifest=manifest)
         out[side] = Path(root) / side
     return out
+
+
+def write_params(path, raw: dict) -> Path:
+    """Write a complete params file for the (possibly partial) dict ``raw``: every key of
+    the schema, the library's defaults written out (a params file never takes a default,
+    :func:`dreamer_parity.params.load`)."""
+    import yaml
+
+    path = Path(path)
+    path.write_text(yaml.safe_dump(validate(raw), sort_keys=False))
+    return path

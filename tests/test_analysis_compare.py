@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from dreamer_parity import records
 from dreamer_parity.analysis import compare, load, metrics_out, stats
@@ -21,7 +20,7 @@ PARAMS = validate(RAW)
 
 
 def _cli(tmp_path, root, extra=(), params=RAW):
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    synthetic.write_params(tmp_path / "params.yaml", params)
     return compare.main(["--params", str(tmp_path / "params.yaml"),
                          "--reference", str(root / "reference"), "--candidate", str(root / "candidate"),
                          "--metrics-dir", str(tmp_path / "metrics"),
@@ -141,6 +140,7 @@ def test_malformed_published_line_is_named(tmp_path):
     d = tmp_path / "pub" / "ref_s0"
     d.mkdir(parents=True)
     (d / "evals.jsonl").write_text('{"seed": 0, "rows": 400, "updates": 0, "mean": 1.0}\n{"seed": 0,\n')
+    synthetic.reseal(tmp_path / "pub")    # the study's files come with their manifest
     with pytest.raises(records.RecordError, match=r"evals.jsonl:2: truncated or invalid JSON"):
         load.load_side(tmp_path / "pub", "reference", [0])
 

@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 import scipy.stats as sps
-import yaml
 
 from dreamer_parity.analysis import compare, metrics_out
 from dreamer_parity.params import validate
@@ -33,9 +32,11 @@ def repo(tmp_path, monkeypatch):
     # candidate: all six in data/c at 120 + 7 s (one source: no halves keys)
     for d, seeds, base in (("a", SEEDS, 100.0), ("b", [3, 4, 5], 160.0), ("d", [3, 4, 5], 79.0)):
         for s in seeds:
-            synthetic.write_run(tmp_path / "data" / d, "reference", s, p, eval_fn=level(base))
+            synthetic.write_run(tmp_path / "data" / d, "reference", s, p, eval_fn=level(base),
+                                manifest=True)
     for s in SEEDS:
-        synthetic.write_run(tmp_path / "data" / "c", "candidate", s, p, eval_fn=level(120.0))
+        synthetic.write_run(tmp_path / "data" / "c", "candidate", s, p, eval_fn=level(120.0),
+                            manifest=True)
     return tmp_path
 
 
@@ -43,7 +44,7 @@ def run(repo, reference_source):
     raw = json.loads(json.dumps(RAW))
     raw["reference"]["source"] = reference_source
     raw["candidate"] = {"source": "data/c"}
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw))
+    synthetic.write_params(repo / "params.yaml", raw)
     rc = compare.main(["--params", "params.yaml", "--metrics-dir", "metrics",
                        "--plots-dir", "metrics/plots", "--report", "results/report.md"])
     return rc, json.loads((repo / "metrics" / "summary.json").read_text())

@@ -10,6 +10,7 @@ from pathlib import Path
 from dreamer_parity import sides
 from dreamer_parity.analysis import compare, load, metrics_out, published, published_tables, stats
 from dreamer_parity.params import validate
+import synthetic  # tests/synthetic.py
 
 SEEDS = [0, 1, 2]
 S1_ROWS = [16000, 18000, 20000]
@@ -78,7 +79,7 @@ def test_round1_updates_match_schedule_and_published_counts(published_dir):
 
 def test_cli_on_published_round1(published_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "params.yaml").write_text("round: round1\n")
+    synthetic.write_params(tmp_path / "params.yaml", {"round": "round1"})
     rc = compare.main(["--params", "params.yaml", "--reference", str(published_dir / "round1"),
                        "--candidate", str(published_dir / "round1" / "ajax"),
                        "--metrics-dir", "metrics", "--plots-dir", "metrics/plots",

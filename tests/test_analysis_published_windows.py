@@ -102,6 +102,7 @@ def test_malformed_published_cell_names_the_csv_line(tmp_path):
              if line.startswith(ROUND1) and ",rec_loss,\"ref mean [min, max]\"," in line)
     lines[i] = re.sub(r'"[^"]*"\s*$', '"0.4 [0.5, 0.3]"\n', lines[i])   # min > max
     bad.write_text("".join(lines))
+    synthetic.reseal(tmp_path)    # the study's files come with their manifest
     with pytest.raises(AnalysisError, match=rf"tables.csv:{i + 1}: rec_loss"):
         published_tables.window_cells(bad, ROUND1, published_windows.COLUMNS["reference"])
 

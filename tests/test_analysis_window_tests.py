@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 import scipy.stats as sps
-import yaml
 
 from dreamer_parity.analysis import compare, metrics_out, window_tests as wt
 from dreamer_parity.params import ParamsError, validate
@@ -123,7 +122,7 @@ def test_params_name_evaluation_points():
 
 
 def run(tmp_path, ref_dir, cand_dir, raw):
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    synthetic.write_params(tmp_path / "params.yaml", raw)
     rc = compare.main(["--params", str(tmp_path / "params.yaml"), "--reference", str(ref_dir),
                        "--candidate", str(cand_dir), "--metrics-dir", str(tmp_path / "metrics"),
                        "--plots-dir", str(tmp_path / "metrics" / "plots"),

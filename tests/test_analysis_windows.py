@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from dreamer_parity import records
 from dreamer_parity.analysis import compare, plots, windows
@@ -45,6 +44,7 @@ def publish(src_side, dest) -> None:
         records.write_jsonl(dest / f"ref_s{s}" / "evals.jsonl", lines)
     (dest / "launch_info.txt").write_text(
         f"reference: <reference-checkout> @ {synthetic.REFERENCE_COMMIT}\n")
+    synthetic.reseal(dest)    # the published layout comes with its manifest
 
 
 def s2_by_protocol(episodes: list[dict], n: int) -> float:
@@ -62,7 +62,7 @@ def s2_by_protocol(episodes: list[dict], n: int) -> float:
 
 
 def run_compare(tmp_path, ref_dir, cand_dir):
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(RAW))
+    synthetic.write_params(tmp_path / "params.yaml", RAW)
     return compare.main(["--params", str(tmp_path / "params.yaml"), "--reference", str(ref_dir),
                          "--candidate", str(cand_dir), "--metrics-dir", str(tmp_path / "metrics"),
                          "--plots-dir", str(tmp_path / "metrics" / "plots"),

@@ -4,6 +4,7 @@ Numbers inside lists (records.jsonl, published evals.jsonl), one rule per parame
 every entry point, and the versions a run imported against the pins.
 """
 
+import copy
 import json
 import math
 import os
@@ -45,12 +46,16 @@ def test_every_published_evals_file_is_read():
         assert rows, f
 
 
-def _edit_line(path: Path, lineno: int, fn) -> None:
-    """Rewrite line ``lineno`` (1-based) of a JSONL file as text (NaN stays NaN)."""
+def _edit_line(path: Path, lineno: int, fn, reseal: Path | None = None) -> None:
+    """Rewrite line ``lineno`` (1-based) of a JSONL file as text (NaN stays NaN); with
+    ``reseal``, rewrite that directory's manifest after it (to reach the readers behind
+    the manifest, which would refuse the edit first)."""
     lines = path.read_text().splitlines()
     obj = json.loads(lines[lineno - 1])
     lines[lineno - 1] = json.dumps(fn(obj))   # allow_nan: NaN / Infinity written as such
     path.write_text("".join(x + "\n" for x in lines))
+    if reseal is not None:
+        synthetic.reseal(reseal)
 
 
 def _nan(o):
@@ -74,13 +79,13 @@ def round3_copy(tmp_path, monkeypatch):
     if not (ROUND3 / "ref_s1" / "evals.jsonl").is_file():
         pytest.skip("data/published/round3 not present (make published)")
     shutil.copytree(ROUND3, tmp_path / "pub" / "round3")
-    raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw = {"round": "round3-candidate", "profile": "full", "seeds": [0, 1, 2, 3, 4],
            "rows": 24000, "eval_every": 400, "eval_episodes": 10,
            "reference": {"decode": "exact", "sampler": "per_run", "source": "pub/round3"},
            "stats": {"s1_rows": [16000, 18000, 20000], "late_rows": [12000, 24000],
                      "concordance_rows": [20000, 24000], "concordance_range": [16000, 24000]}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    # a complete params file (a file never takes a default)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params_mod.validate(raw)))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -93,7 +98,8 @@ def _compare(root):
 @pytest.mark.parametrize("edit,what", [(_nan, "NaN"), (_inf, "Infinity"),
                                        (_tens, "not the mean of 'returns'")])
 def test_published_list_numbers_refused_by_compare(round3_copy, capsys, edit, what):
-    _edit_line(round3_copy / "pub" / "round3" / "ref_s1" / "evals.jsonl", 31, edit)
+    _edit_line(round3_copy / "pub" / "round3" / "ref_s1" / "evals.jsonl", 31, edit,
+               reseal=round3_copy / "pub" / "round3")
     capsys.readouterr()
     assert _compare(round3_copy) == 2
     err = capsys.readouterr().err
@@ -152,13 +158,26 @@ def test_run_json_of_wrong_shape_is_refused_with_its_name(tmp_path):
 
 # ---------------------------------------------- 2. one rule per parameter, at every entry point
 
-_VALID = {"round": "smoke", "profile": "smoke", "seeds": [0, 1], "rows": 1200, "eval_every": 400,
-          "eval_episodes": 2, "stats": {"s1_rows": [400, 800, 1200], "late_rows": [],
-                                        "concordance_rows": [1200],
-                                        "concordance_range": [400, 1200]}}
+#: a complete params file (every key: a file never takes a default)
+_VALID = params_mod.validate({
+    "round": "smoke", "profile": "smoke", "seeds": [0, 1], "rows": 1200, "eval_every": 400,
+    "eval_episodes": 2, "stats": {"s1_rows": [400, 800, 1200], "late_rows": [],
+                                  "concordance_rows": [1200], "concordance_range": [400, 1200]}})
+
+
+def _with(dotted: str, value) -> dict:
+    d = copy.deepcopy(_VALID)
+    *parents, last = dotted.split(".")
+    node = d
+    for k in parents:
+        node = node[k]
+    node[last] = value
+    return d
+
+
 _BAD = {
-    "absolute_source": {**_VALID, "reference": {"source": "/srv/published/round3"}},
-    "negative_rows": {**_VALID, "rows": -5},
+    "absolute_source": _with("reference.source", "/srv/published/round3"),
+    "negative_rows": _with("rows", -5),
 }
 
 #: entry point -> argv after ``python -m`` (P: the params file, O: an output path)

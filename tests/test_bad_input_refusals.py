@@ -69,6 +69,10 @@ stats:
   - 24000
   equivalence_margin: 0.1
   failed_rule: zero
+  signature_rows: []
+  persistence_rows: []
+candidate:
+  source: run
 """
 LAST = len(PARAMS_TEXT.splitlines())
 #: Longest error line accepted (characters, without "error: " and the newline).
@@ -374,6 +378,7 @@ def test_console_line_prints_the_gate_statistic(base):
 def test_published_directory_missing_part_of_the_study_candidate_says_which(repo):
     shutil.rmtree(repo / "data" / "published" / "round3" / "ajax" / "s2")
     shutil.rmtree(repo / "data" / "published" / "round3" / "ajax" / "s4")
+    synthetic.reseal(repo / "data" / "published" / "round3")   # published so, with its manifest
     rc, out, err, _ = _run(repo, "compare")
     assert rc == 0, err
     s = json.loads((repo / "metrics" / "summary.json").read_text())
@@ -387,6 +392,7 @@ def test_published_directory_missing_part_of_the_study_candidate_says_which(repo
 
 def test_published_directory_without_the_study_candidate_says_so(repo):
     shutil.rmtree(repo / "data" / "published" / "round3" / "ajax")
+    synthetic.reseal(repo / "data" / "published" / "round3")   # published so, with its manifest
     rc, out, err, _ = _run(repo, "compare")
     assert rc == 0, err
     s = json.loads((repo / "metrics" / "summary.json").read_text())

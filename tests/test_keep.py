@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from dreamer_parity import keep, records
+from dreamer_parity import keep, manifest, records
 from dreamer_parity.params import validate
 import synthetic  # tests/synthetic.py
 
@@ -34,7 +34,9 @@ def test_keeps_the_records_files_only(tmp_path, run):
     target, written = keep.keep(run, tmp_path / "data" / "runs" / "x", PARAMS)
     assert written and target == tmp_path / "data" / "runs" / "x" / "s3"
     assert sorted(p.name for p in target.iterdir()) == [
-        "DONE.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json", "timing.json"]
+        "DONE.json", "MANIFEST.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json",
+        "timing.json"]
+    assert manifest.verify(target)
     assert "params.npz" not in os.listdir(target)
     for n in ("DONE.json", "run.json", "timing.json"):
         assert (target / n).read_bytes() == (run / n).read_bytes()
@@ -92,7 +94,7 @@ def test_a_compressed_file_too_large_once_decompressed_is_refused(tmp_path, run,
 
 def test_cli_with_params_and_set(tmp_path, run, capsys):
     f = tmp_path / "params.yaml"
-    f.write_text(yaml.safe_dump({**RAW, "decode": "exact"}))
+    f.write_text(yaml.safe_dump(validate({**RAW, "decode": "exact"})))   # a complete file
     dest = tmp_path / "runs"
     # the file's round has decode exact: the run (decode ref) disagrees, nothing written
     assert keep.main([str(run), str(dest), "--params", str(f)]) == 2

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from dreamer_parity import params as P
-from dreamer_parity import records, rounds, sides
+from dreamer_parity import manifest, records, rounds, sides
 
 REPO = Path(__file__).resolve().parents[1]
 SUMMARY = json.loads((REPO / "metrics" / "summary.json").read_text())
@@ -81,9 +81,12 @@ KEPT_SIDES = _kept_run_sides()
 
 
 def _files_at(rev: str, src: str) -> dict[str, bytes]:
-    """``{path under src, without .gz: decompressed bytes}`` of the tree at ``rev``."""
+    """``{path under src, without .gz: decompressed bytes}`` of the tree at ``rev``; the
+    manifests left out (runs kept before manifests have none at their round's commit)."""
     out = {}
     for path in _git("ls-tree", "-r", "--name-only", rev, "--", src).split():
+        if Path(path).name == manifest.NAME:
+            continue
         data = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, check=True,
                               capture_output=True).stdout
         if path.endswith(records.GZ):
@@ -103,8 +106,23 @@ def test_kept_runs_are_stored_compressed():
     assert len(dirs) >= 20
     for d in dirs:
         names = {p.name for p in d.iterdir()}
-        assert {"records.jsonl.gz", "episodes.jsonl.gz", "run.json", "DONE.json"} <= names, d
+        assert {"records.jsonl.gz", "episodes.jsonl.gz", "run.json", "DONE.json",
+                manifest.NAME} <= names, d
         assert not names & set(records.JSONL_FILES), d
+
+
+def test_every_kept_run_and_published_directory_verifies_against_its_manifest():
+    """Each kept run holds its MANIFEST.json (keep writes it; the runs kept before it got
+    theirs from ``keep --add-manifest``), and so does each published directory."""
+    dirs = [d for d in (REPO / "data" / "runs").glob("*/s*") if d.is_dir()]
+    assert len(dirs) >= 20
+    for d in dirs:
+        assert manifest.verify(d, True, str(d.relative_to(REPO)))
+        listed = json.loads((d / manifest.NAME).read_text())["files"]
+        assert {"records.jsonl.gz", "episodes.jsonl.gz", "run.json", "DONE.json"} <= set(listed)
+    pub = REPO / "data" / "published"
+    for d in [pub, *sorted(pub.glob("round*"))]:
+        assert manifest.verify(d, True, str(d.relative_to(REPO)))
 
 
 def test_the_decode_ref_round_is_kept_from_data_runs():

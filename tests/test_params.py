@@ -255,9 +255,12 @@ def test_load_reads_strings_written_back_by_dvc(tmp_path):
 def test_load_reads_pyyaml_string_exponent(tmp_path):
     """PyYAML reads ``3e-05`` (no dot) as a string; the loader gives the float."""
     f = tmp_path / "params.yaml"
-    f.write_text("rows: 1.2e3\neval_every: 400\nstats:\n  good_return: 3e-05\n"
-                 "  s1_rows: [400, 800, 1200]\n  concordance_rows: [1200]\n"
-                 "  concordance_range: [400, 1200]\n")
+    text = ROUND1.read_text().replace("rows: 20000", "rows: 1.2e3").replace(
+        "eval_every: 2000", "eval_every: 400").replace("good_return: 400", "good_return: 3e-05")
+    text = text.replace("  - 16000\n  - 18000\n  - 20000\n", "  - 400\n  - 800\n  - 1200\n")
+    text = text.replace("  - 20000\n  concordance_range:\n  - 16000\n  - 20000\n",
+                        "  - 1200\n  concordance_range:\n  - 400\n  - 1200\n")
+    f.write_text(text)
     assert yaml.safe_load(f.read_text())["stats"]["good_return"] == "3e-05"
     p = load(f)
     assert p["stats"]["good_return"] == 3e-05 and p["rows"] == 1200 and type(p["rows"]) is int
@@ -307,7 +310,7 @@ def test_smoke_overrides_give_the_smoke_round(tmp_path):
 
 def test_cli_check_reports_the_key(tmp_path):
     f = tmp_path / "params.yaml"
-    f.write_text("eval_every: 1000\n")
+    f.write_text(ROUND1.read_text().replace("eval_every: 2000", "eval_every: 1000"))
     r = subprocess.run([sys.executable, "-m", "dreamer_parity.params", "check", "--file", str(f)],
                        capture_output=True, text=True)
     assert r.returncode == 2
@@ -354,3 +357,70 @@ def test_gate_of_the_round1_learning_check_validates():
                            "entropy_overlap_rows": 4000}})
     assert p["gate"] == {"statistic": "s1", "learns": False, "mean_min": 156.0,
                          "welch_p_min": 0.05, "entropy_overlap_rows": 4000}
+
+
+# --- a params file names every parameter; the work it implies is bounded ----------------
+
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "---\n"])
+def test_empty_params_file_is_refused_never_filled_with_defaults(tmp_path, text):
+    f = tmp_path / "params.yaml"
+    f.write_text(text)
+    with pytest.raises(ParamsError) as e:
+        load(f)
+    assert str(e.value).startswith("params: <root>: params.yaml: empty; see README")
+    assert validate({})["round"] == "round1"   # an in-memory dict: the library's defaults
+
+
+def test_params_file_lacking_a_key_names_it(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text(ROUND1.read_text().replace("  signature_rows: []\n", ""))
+    with pytest.raises(ParamsError, match=r"^params: stats\.signature_rows: missing from "
+                                          r"params\.yaml; .*see README; 1 missing\)$"):
+        load(f)
+    f.write_text(ROUND1.read_text().replace("candidate:\n  source: run\n", ""))
+    with pytest.raises(ParamsError, match=r"^params: candidate\.source: missing from"):
+        load(f)
+
+
+def test_every_key_a_stage_declares_is_a_required_key():
+    """dvc.yaml's stages read parameters by these names: a params file must hold each."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    declared = set()
+    for st in stages.values():
+        body = st.get("do", st)
+        for item in body.get("params", []):
+            declared.update(item if isinstance(item, dict) else [item])
+    declared.discard("params.yaml")
+    for key in declared:
+        assert any(k == key or k.startswith(key + ".") for k in P.SCHEMA), key
+    full = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert set(P._flatten(full)) == set(P.SCHEMA)
+
+
+@pytest.mark.parametrize("value", ["README", "readme", "index", "Index", "INDEX"])
+def test_reserved_round_names_are_refused(value):
+    assert _error(_set(_defaults_raw(), "round", value)).startswith(
+        f"params: round: {value!r} names no pre-registration: docs/rounds/README.md and "
+        f"docs/rounds/index.yaml are not rounds")
+
+
+@pytest.mark.parametrize("dotted, value, expected", [
+    ("rows", 24016, "params: rows: 24016 is over 24000, the protocol's largest round"),
+    ("rows", 16 * 10 ** 9, "params: rows: 16000000000 is over 24000"),
+    ("eval_episodes", 101, "params: eval_episodes: 101 is over 100 episodes per evaluation point"),
+    ("seeds", list(range(65)), "params: seeds: 65 seeds, more than 64"),
+    ("seeds", [0, 2 ** 31], "params: seeds: seed 2147483648 is over 2147483647"),
+])
+def test_parameters_implying_absurd_work_are_refused(dotted, value, expected):
+    assert _error(_set(_defaults_raw(), dotted, value)).startswith(expected)
+
+
+def test_seeds_are_sorted_once_where_they_are_validated():
+    p = validate(_set(_defaults_raw(), "seeds", [2, 0, 1]))
+    assert p["seeds"] == [0, 1, 2]
+    p = validate({**_set(_defaults_raw(), "seeds", [4, 3, 2, 1, 0]),
+                  "reference": {"source": [{"from": "run", "seeds": [4, 2]},
+                                           {"from": "data/x", "seeds": [3, 1, 0]}]}})
+    assert p["seeds"] == [0, 1, 2, 3, 4]
+    assert p["reference"]["source"] == [{"from": "data/x", "seeds": [0, 1, 3]},
+                                        {"from": "run", "seeds": [2, 4]}]

@@ -253,5 +253,5 @@ def test_missing_run_json(tmp_path):
 def test_invalid_json_object_file(tmp_path):
     d = _run(tmp_path)
     (d / "timing.json").write_text('{"total_s": 1.0')
-    with pytest.raises(RecordError, match=r"timing.json: invalid JSON"):
+    with pytest.raises(RecordError, match=r"timing.json:1: invalid JSON \(Expecting .,. delimiter, column 16\)"):
         R.read_run(d)

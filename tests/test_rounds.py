@@ -210,7 +210,7 @@ def test_tags_made_kept_and_moved_only_with_force(repo):
     ("ra:\n  commit: " + "a" * 40 + "\n", r"ra: needs exactly the keys \['about', 'commit'\]"),
     ("'r a':\n  commit: " + "a" * 40 + "\n  about: x\n", r"'r a' is not a plain name"),
     ("- ra\n", "must be a mapping"),
-    ("ra: [\n", "not valid YAML"),
+    ("ra: [\n", r"index\.yaml:2: <root>: invalid YAML"),
 ])
 def test_malformed_index_is_one_line_naming_the_key(repo, text, match):
     root, _, _ = repo

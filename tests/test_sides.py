@@ -47,7 +47,7 @@ def _round3(**over):
 @pytest.fixture
 def synthetic_root(tmp_path):
     """A repository-like root with a synthetic round under data/runs/t/{reference,candidate}."""
-    synthetic.write_round(tmp_path / "data" / "runs" / "t", _params())
+    synthetic.write_round(tmp_path / "data" / "runs" / "t", _params(), manifest=True)
     return tmp_path
 
 
@@ -154,16 +154,33 @@ def test_run_json_must_say_who_made_the_run(synthetic_root):
     info = json.loads(run_json.read_text())
     info["side"] = "ajax"
     run_json.write_text(json.dumps(info))
+    # the kept run changed after it was kept: its manifest refuses it first
+    with pytest.raises(records.RecordError, match=r"^data/runs/t/candidate/s1/run\.json: its "
+                                                  r"SHA-256 is not the one .*MANIFEST\.json"):
+        sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
+    synthetic.reseal(run_json.parent)    # resealed: the reader behind it refuses it too
     with pytest.raises(records.RecordError, match=r"s1/run.json: field 'side' must be one of"):
         sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
     del info["side"]
     run_json.write_text(json.dumps(info))
+    synthetic.reseal(run_json.parent)
     with pytest.raises(sides.SideError, match=r"^params: candidate.source: .*s1/run.json: field "
                                               r"'side' must be one of .*got None"):
         sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
     run_json.unlink()
+    synthetic.reseal(run_json.parent)
     with pytest.raises(sides.SideError, match=r"s1/run.json: missing"):
         sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
+
+
+def test_a_kept_run_without_its_manifest_is_refused(synthetic_root):
+    (synthetic_root / "data/runs/t/candidate/s2/MANIFEST.json").unlink()
+    with pytest.raises(records.RecordError, match=r"^data/runs/t/candidate/s2/MANIFEST\.json: "
+                                                  r"missing; every file a round reads"):
+        sides.resolve(_params(**{"candidate.source": "data/runs/t"}), synthetic_root)
+    # read from a command line's directory, the same run needs none
+    side = sides.side_from_dir(synthetic_root / "data/runs/t/candidate", "candidate", [2])
+    assert side.seeds[0].layout == "records"
 
 
 # ------------------------------------------------------------------ through the analysis
@@ -254,7 +271,7 @@ def test_candidate_stage_writes_stand_ins_and_runs_nothing(tmp_path):
 
     raw = json.loads(json.dumps(SMALL))
     raw["candidate"] = {"source": "data/elsewhere"}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(P.validate(raw)))   # complete
     rc = cand_run.main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"),
                         "--work-dir", str(tmp_path / "work")])
     assert rc == 0

@@ -15,9 +15,18 @@ It copies ``records.jsonl`` and ``episodes.jsonl`` gzip-compressed (as
 ``records.jsonl.gz`` and ``episodes.jsonl.gz``, :func:`dreamer_parity.records.gzip_bytes`;
 a run whose files are already compressed is taken as it is), and ``run.json``,
 ``timing.json`` (when present) and ``DONE.json`` as they are, into
-``data/runs/<name>/s<seed>/``, where ``seed`` is the run's own (``run.json``). Nothing else
-is copied (final parameters stay out of git). Every reader takes either form
+``data/runs/<name>/s<seed>/``, where ``seed`` is the run's own (``run.json``), and writes
+beside them ``MANIFEST.json``, the SHA-256 of each of those files as kept
+(:mod:`dreamer_parity.manifest`): every round that names the directory verifies it before
+reading the run, so a kept run cannot change unseen. Nothing else is copied (final
+parameters stay out of git). Every reader takes either form
 (:func:`dreamer_parity.records.jsonl_path`).
+
+A directory kept before manifests existed gets its manifest from the same code, after the
+same checks (the run read and checked against itself; the directory holding only the kept
+files)::
+
+    python -m dreamer_parity.keep --add-manifest data/runs/<name>/s<seed> [...]
 
 Before anything is written, the run is read as the analysis reads it
 (:func:`dreamer_parity.records.read_run`: a run without ``DONE.json`` is unfinished and
@@ -27,7 +36,8 @@ its ``run.json``). With ``--params`` (optionally changed by ``--set``, as ``dvc 
 -S`` would change it) the run must also have been made with that round's protocol
 parameters. The copy is written into a temporary directory beside the destination and
 renamed into place. A destination that already holds the same files (the same
-decompressed content) is left as it is (exit 0). One that holds other files is refused.
+decompressed content, and a manifest that verifies) is left as it is (exit 0). One that
+holds other files is refused.
 
 Exit status: 0 kept or already kept; 2 refused (one line ``error: ...`` on stderr,
 nothing written).
@@ -43,10 +53,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dreamer_parity import manifest
 from dreamer_parity import params as P
 from dreamer_parity import records
 
-__all__ = ["KEPT_FILES", "KeepError", "keep", "keep_archive", "kept_files", "main"]
+__all__ = ["KEPT_FILES", "KeepError", "keep", "keep_archive", "kept_files", "add_manifest",
+           "main"]
 
 #: The files of a run that are kept, in the order they are written (DONE.json last); the
 #: JSON-lines files (records.JSONL_FILES) are kept as ``<name>.gz``.
@@ -69,8 +81,8 @@ def kept_files(src: Path) -> dict[str, bytes]:
             path = records.jsonl_path(src, n)
             if path is not None:
                 out[n + records.GZ] = records.gzip_bytes(records.read_bytes(path))
-        elif (src / n).is_file():
-            out[n] = (src / n).read_bytes()
+        elif (src / n).exists() or (src / n).is_symlink():
+            out[n] = records.read_raw(src / n)
     return out
 
 
@@ -98,7 +110,7 @@ def load_params(params_file: str | None, sets: list[str]) -> dict | None:
 
 def _prepare(src: Path, params: dict | None) -> tuple[int, dict[str, bytes]]:
     """``(seed, files to write)`` of the finished run in ``src``, checked as :func:`keep`
-    says (KeepError otherwise); nothing is written."""
+    says (KeepError otherwise), its ``MANIFEST.json`` last among them; nothing is written."""
     if not src.is_dir():
         raise KeepError(f"{src}: not a directory")
     if not (src / "run.json").exists() and not (src / records.DONE).exists():
@@ -108,6 +120,7 @@ def _prepare(src: Path, params: dict | None) -> tuple[int, dict[str, bytes]]:
                             f"{', ...' if len(inner) > 5 else ''}), not one: give one seed's "
                             f"directory, e.g. {src / inner[0]}")
     try:
+        manifest.verify(src, required=False)    # a kept run kept again: verified first
         data = records.read_run(src)
         info = data["run"]
         if info.get("side") not in records.SIDES or not isinstance(info.get("seed"), int):
@@ -115,21 +128,25 @@ def _prepare(src: Path, params: dict | None) -> tuple[int, dict[str, bytes]]:
                             f"(side {str(info.get('side'))[:40]!r}, seed {str(info.get('seed'))[:40]})")
         side, seed = info["side"], info["seed"]
         records.check_run_agrees(src, params, side, seed, data=data, made_by=side)
-        return seed, kept_files(src)
+        files = kept_files(src)
     except records.RecordError as e:
         raise KeepError(str(e)) from None
+    files[manifest.NAME] = manifest.dumps(manifest.build(files))   # written last
+    return seed, files
 
 
 def _already_kept(target: Path, files: dict[str, bytes]) -> bool:
     """True when ``target`` holds ``files`` (the same content, the JSON-lines ones compared
-    decompressed); False when it does not exist; KeepError when it holds something else."""
+    decompressed, and a manifest that verifies); False when it does not exist; KeepError
+    when it holds something else."""
     if not target.exists():
         return False
     have = sorted(p.name for p in target.iterdir())
     try:
-        same = have == sorted(files) and all(
+        same = have == sorted(files) and manifest.verify(target) and all(
             records.read_bytes(target / n) == (gzip.decompress(b) if n.endswith(records.GZ)
-                                               else b) for n, b in files.items())
+                                               else b)
+            for n, b in files.items() if n != manifest.NAME)
     except records.RecordError:
         same = False
     if not same:
@@ -212,17 +229,67 @@ def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, 
                 for seed, files in sorted(prepared)]
 
 
+def add_manifest(directory, params: dict | None = None) -> tuple[Path, bool]:
+    """Give a directory kept before manifests existed its ``MANIFEST.json``.
+
+    The run is checked as :func:`keep` checks it (read, and agreeing with itself and with
+    ``params`` when given), the directory must hold only kept files (:data:`KEPT_FILES`,
+    the JSON-lines ones compressed), and the manifest is written from the files as they
+    are (:func:`dreamer_parity.manifest.write`).
+
+    Returns:
+      ``(manifest path, True when written)``; a directory whose manifest is already there
+      and verifies is left as it is (False).
+
+    Raises:
+      KeepError: one line naming the file: the run is refused, the directory holds another
+        file, or a manifest is there and does not verify.
+    """
+    d = Path(directory)
+    try:
+        if (d / manifest.NAME).exists():
+            manifest.verify(d)
+            return d / manifest.NAME, False
+        if not d.is_dir():
+            raise KeepError(f"{d}: not a directory")
+        data = records.read_run(d)
+        info = data["run"]
+        if info.get("side") not in records.SIDES or not isinstance(info.get("seed"), int):
+            raise KeepError(f"{d / 'run.json'}: side and seed must be recorded to keep a run")
+        records.check_run_agrees(d, params, info["side"], info["seed"], data=data,
+                                 made_by=info["side"])
+        allowed = {n + records.GZ if n in records.JSONL_FILES else n for n in KEPT_FILES}
+        other = sorted(set(manifest.listing(d)) - allowed)
+        if other:
+            raise KeepError(f"{d / other[0]}: not a kept file ({', '.join(sorted(allowed))})")
+        return manifest.write(d), True
+    except records.RecordError as e:
+        raise KeepError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see the module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.keep", description=__doc__.split("\n\n")[0])
-    ap.add_argument("src", help="a finished run directory (records schema), or an archive of "
-                                "finished runs (.tar.gz, python -m dreamer_parity.archive)")
-    ap.add_argument("dest", help="the runs directory, e.g. data/runs/<name>")
+    ap.add_argument("src", nargs="?", help="a finished run directory (records schema), or an "
+                                           "archive of finished runs (.tar.gz, python -m "
+                                           "dreamer_parity.archive)")
+    ap.add_argument("dest", nargs="?", help="the runs directory, e.g. data/runs/<name>")
     ap.add_argument("--params", default=None, help="the round's params file the run must agree with")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change a parameter of --params first (as dvc exp run -S)")
+    ap.add_argument("--add-manifest", nargs="+", default=None, metavar="KEPT_DIR",
+                    help="write MANIFEST.json into directories kept before manifests existed")
     a = ap.parse_args(argv)
+    if (a.add_manifest is None) == (a.src is None or a.dest is None) or \
+            (a.add_manifest is not None and a.src is not None):
+        ap.error("give SRC DEST, or --add-manifest KEPT_DIR ...")
     try:
         params = load_params(a.params, a.set)
+        if a.add_manifest is not None:
+            for d in a.add_manifest:
+                path, written = add_manifest(d, params)
+                print(f"{'manifest written' if written else 'manifest verified'}: {path}")
+            return 0
         if Path(a.src).is_file() and a.src.endswith(".tar.gz"):
             results = keep_archive(a.src, a.dest, params)
         else:

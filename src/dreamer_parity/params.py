@@ -6,6 +6,16 @@ validated subset as JSON (reference venv).  The file stays block-style and free 
 by DVC (for example ``3e-05``, which PyYAML reads as a string) are coerced to the
 declared type here.
 
+Defaults: a params **file** names every parameter of :data:`SCHEMA` (every one of them is
+declared by a stage of dvc.yaml: ``preflight`` declares the whole file); :func:`load`
+refuses an empty file and one that lacks a key, and never fills one in.  The defaults of
+:data:`SCHEMA` apply only to an in-memory dict given to :func:`validate` (the library and
+the tests, which write the keys they change).
+
+Canonical order: :func:`validate` returns ``seeds`` sorted (and each list-form source's
+seeds), so that every statistic, resampling and output of a round is keyed by seed and
+the same seeds in another order give byte-identical outputs.
+
 Command line::
 
     python -m dreamer_parity.params check [--file params.yaml]
@@ -32,7 +42,8 @@ from typing import Any
 __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOKE",
            "eval_points", "PROFILES", "NUM_ENVS", "DECODES", "SAMPLERS", "repo_path",
            "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
-           "MAX_PATH_CHARS", "parse_yaml"]
+           "MAX_PATH_CHARS", "parse_yaml", "strict_yaml", "YamlRefusal", "RESERVED_ROUNDS",
+           "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -49,6 +60,18 @@ MAX_FILE_BYTES = 64 * 1024
 MAX_DEPTH = 8
 #: ``round``: a plain name, so ``docs/rounds/<round>.md`` is one file of that directory.
 ROUND_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: Names of files in docs/rounds/ that are not pre-registrations (``README.md``, the
+#: index ``index.yaml``): refused as a ``round``, in any case (a case-insensitive file
+#: system would open them).
+RESERVED_ROUNDS = ("readme", "index")
+#: The protocol's largest round (round 3: 24,000 rows); a larger ``rows`` is refused
+#: before anything is allocated (a larger round raises this number in a reviewed commit).
+MAX_ROWS = 24_000
+#: Most evaluation episodes per point (the protocol runs 10, the smoke round 2).
+MAX_EVAL_EPISODES = 100
+#: Most seeds in a round (the largest kept round has 10 per side), and the largest seed.
+MAX_SEEDS = 64
+MAX_SEED = 2 ** 31 - 1
 #: The value of a ``*.source`` key that means "run this side here" (not a path).
 SOURCE_RUN = "run"
 #: Longest value quoted in an error line, and longest error line (characters).
@@ -352,27 +375,39 @@ def eval_points(params: dict) -> list[int]:
     return list(range(params["eval_every"], params["rows"] + 1, params["eval_every"]))
 
 
-def validate(raw: dict, where: str = "params.yaml") -> dict:
+def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> dict:
     """Validate and coerce a parameter dict; return the nested, typed dict.
 
     Args:
-      raw: the parsed params.yaml (nested dicts), possibly partial: missing keys take
-        their :data:`SCHEMA` default.
+      raw: the parsed params.yaml (nested dicts); with ``complete`` False possibly
+        partial: missing keys take their :data:`SCHEMA` default (the library's and the
+        tests' in-memory dicts).
       where: the file name used in messages.
+      complete: require every key of :data:`SCHEMA` (a params file, :func:`load`): an
+        empty dict is refused as ``<where>: empty``, a missing key by its name.
 
     Returns:
-      A nested dict with every declared key, typed as declared.
+      A nested dict with every declared key, typed as declared; ``seeds`` (and the seeds
+      of each list-form source) sorted ascending, the list-form sources ordered by their
+      first seed: one canonical order, whatever order the file gives.
 
     Raises:
-      ParamsError: one-line message naming the key, for an unknown key or value, a
-        wrong type, a negative or non-integer row count, an evaluation interval that is
-        not a positive multiple of 16 or does not divide ``rows``, duplicate or negative
-        seeds, S1 / concordance rows that are not evaluation points or repeat, a LATE
-        or concordance range holding no evaluation point, a non-finite good_return or
-        equivalence margin outside (0, 1), a gate whose statistic and parts disagree,
-        a key holding a dot at any level, a ``round`` that is not a plain name
-        (:data:`ROUND_PATTERN`), or a ``*.source`` path refused by :func:`repo_path`.
+      ParamsError: one-line message naming the key, for an empty dict or a missing key
+        (``complete``), an unknown key or value, a wrong type, a negative or
+        non-integer row count, ``rows`` over :data:`MAX_ROWS`, ``eval_episodes`` over
+        :data:`MAX_EVAL_EPISODES`, more than :data:`MAX_SEEDS` seeds or a seed over
+        :data:`MAX_SEED` (all checked before anything is allocated from them), an
+        evaluation interval that is not a positive multiple of 16 or does not divide
+        ``rows``, duplicate or negative seeds, S1 / concordance rows that are not
+        evaluation points or repeat, a LATE or concordance range holding no evaluation
+        point, a non-finite good_return or equivalence margin outside (0, 1), a gate
+        whose statistic and parts disagree, a key holding a dot at any level, a
+        ``round`` that is not a plain name (:data:`ROUND_PATTERN`) or is a reserved name
+        (:data:`RESERVED_ROUNDS`), or a ``*.source`` path refused by :func:`repo_path`.
     """
+    if complete and (raw is None or raw == {}):
+        raise ParamsError("<root>", f"{where}: empty; see README (a params file names every "
+                                    f"parameter; none is taken from a default)")
     if not isinstance(raw, dict):
         raise ParamsError("<root>", f"{where} must hold a mapping, got {type(raw).__name__}")
     _check_key_names(raw, where)
@@ -384,6 +419,12 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
     for key in flat:
         if key not in SCHEMA:
             raise ParamsError(key, f"unknown key in {where}; known keys: {', '.join(SCHEMA)}")
+    if complete:
+        missing = [k for k in SCHEMA if k not in flat]
+        if missing:
+            raise ParamsError(missing[0], f"missing from {where}; a params file names every "
+                                          f"parameter, none is taken from a default (see "
+                                          f"README; {len(missing)} missing)")
     typed = {}
     for key, field in SCHEMA.items():
         v = flat.get(key, copy.deepcopy(field.default))
@@ -392,6 +433,18 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
     for key in ("rows", "eval_every", "eval_episodes"):
         if typed[key] <= 0:
             raise ParamsError(key, f"must be a positive integer, got {typed[key]}")
+    # the work a round implies, bounded before anything is computed from it
+    if typed["rows"] > MAX_ROWS:
+        raise ParamsError("rows", f"{typed['rows']} is over {MAX_ROWS}, the protocol's "
+                                  f"largest round")
+    if typed["eval_episodes"] > MAX_EVAL_EPISODES:
+        raise ParamsError("eval_episodes", f"{typed['eval_episodes']} is over "
+                                           f"{MAX_EVAL_EPISODES} episodes per evaluation point")
+    if len(typed["seeds"]) > MAX_SEEDS:
+        raise ParamsError("seeds", f"{len(typed['seeds'])} seeds, more than {MAX_SEEDS}")
+    big = [s for s in typed["seeds"] if s > MAX_SEED]
+    if big:
+        raise ParamsError("seeds", f"seed {quote(big[0])} is over {MAX_SEED}")
     if typed["eval_every"] % NUM_ENVS:
         raise ParamsError("eval_every", f"{typed['eval_every']} is not a multiple of {NUM_ENVS}")
     if typed["rows"] % typed["eval_every"]:
@@ -425,6 +478,7 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
     if len(set(seeds)) != len(seeds):
         dup = sorted({s for s in seeds if seeds.count(s) > 1})
         raise ParamsError("seeds", f"duplicate seeds {dup}")
+    seeds = typed["seeds"] = sorted(seeds)   # the canonical order (module docstring)
     points = set(eval_points(typed))
     erows = typed["gate.entropy_overlap_rows"]
     if erows is not None and erows not in points:
@@ -460,10 +514,16 @@ def validate(raw: dict, where: str = "params.yaml") -> dict:
             missing = [s for s in seeds if s not in listed]
             if missing:
                 raise ParamsError(key, f"round seeds {missing} have no source")
+            typed[key] = sorted(({"from": part["from"], "seeds": sorted(part["seeds"])}
+                                 for part in src), key=lambda part: part["seeds"][0])
     if not ROUND_PATTERN.fullmatch(typed["round"]):
         raise ParamsError("round", f"{quote(typed['round'])} is not a plain name: 1 to 64 "
                                    f"letters, digits, '-' or '_' (its pre-registration is "
                                    f"docs/rounds/<round>.md)")
+    if typed["round"].lower() in RESERVED_ROUNDS:
+        raise ParamsError("round", f"{quote(typed['round'])} names no pre-registration: "
+                                   f"docs/rounds/README.md and docs/rounds/index.yaml are not "
+                                   f"rounds (reserved: {', '.join(RESERVED_ROUNDS)})")
     return _nest(typed)
 
 
@@ -519,12 +579,16 @@ def repo_path(key: str, value, root: str | os.PathLike | None = ".") -> Path:
     return Path(root) / value
 
 
-class _Refused(Exception):
-    """A structural refusal of :func:`parse_yaml`: key path, line, message."""
+class YamlRefusal(ValueError):
+    """A refusal of :func:`strict_yaml`: ``key`` (dotted path, ``<root>`` when none),
+    ``line`` (1-based, 0 when unknown) and ``message``; ``str()`` is
+    ``<name>:<line>: <key>: <message>``, one line."""
 
-    def __init__(self, key: str, line: int, message: str):
-        super().__init__(message)
-        self.key, self.line, self.message = key, line, message
+    def __init__(self, key: str, line: int, message: str, name: str = "<yaml>"):
+        self.key, self.line, self.message, self.name = key, line, message, name
+        where = f"{name}:{line}" if line else name
+        super().__init__(f"{where}: {quote(key, 60, plain=True)}: {message}"
+                         .replace("\n", " ")[:MESSAGE_CHARS])
 
 
 _LOADER = None
@@ -551,15 +615,15 @@ def _strict_loader():
             event = self.peek_event()
             line = event.start_mark.line + 1
             if isinstance(event, AliasEvent):
-                raise _Refused("<root>", line, f"alias *{quote(event.anchor, 40, True)}: "
+                raise YamlRefusal("<root>", line, f"alias *{quote(event.anchor, 40, True)}: "
                                                f"aliases and anchors are not accepted")
             if getattr(event, "anchor", None) is not None:
-                raise _Refused("<root>", line, f"anchor &{quote(event.anchor, 40, True)}: "
+                raise YamlRefusal("<root>", line, f"anchor &{quote(event.anchor, 40, True)}: "
                                                f"aliases and anchors are not accepted")
             self._depth += 1
             try:
                 if self._depth > MAX_DEPTH:
-                    raise _Refused("<root>", line, f"nested deeper than {MAX_DEPTH} levels")
+                    raise YamlRefusal("<root>", line, f"nested deeper than {MAX_DEPTH} levels")
                 return super().compose_node(parent, index)
             finally:
                 self._depth -= 1
@@ -582,33 +646,35 @@ def _check_nodes(node, path: str = "") -> None:
     for knode, vnode in node.value:
         line = knode.start_mark.line + 1
         if not isinstance(knode, yaml.ScalarNode):
-            raise _Refused(path.rstrip(".") or "<root>", line,
+            raise YamlRefusal(path.rstrip(".") or "<root>", line,
                            "a key that is a list or mapping; keys are plain names")
         key = path + knode.value
         if knode.tag == "tag:yaml.org,2002:merge":
-            raise _Refused(path.rstrip(".") or "<root>", line,
+            raise YamlRefusal(path.rstrip(".") or "<root>", line,
                            "merge key '<<': write every key out once")
         if "." in knode.value:
-            raise _Refused(key, line, f"a dotted key; write it nested "
+            raise YamlRefusal(key, line, f"a dotted key; write it nested "
                                       f"({' > '.join(key.split('.'))}), the one spelling of "
                                       f"each parameter")
         if knode.value in seen:
-            raise _Refused(key, line, f"given twice (first at line {seen[knode.value]}); one "
-                                      f"spelling per parameter")
+            raise YamlRefusal(key, line, f"given twice (first at line {seen[knode.value]})")
         seen[knode.value] = line
         _check_nodes(vnode, key + ".")
 
 
-def parse_yaml(text: str, name: str = "params.yaml"):
-    """Parse params.yaml text with the structural refusals of :func:`_strict_loader`.
+def strict_yaml(text: str, name: str = "<yaml>"):
+    """Parse YAML text with the structural refusals of :func:`_strict_loader` (the one
+    strict YAML reader: params.yaml here, the index of kept rounds in
+    :mod:`dreamer_parity.rounds`; PyYAML alone keeps the last of two equal keys silently).
 
     Returns:
       The parsed document (None for an empty one).
 
     Raises:
-      ParamsError: ``params: <key>: <name>:<line>: <what>`` for an anchor, alias, merge
-        key, non-scalar, dotted or repeated key, nesting deeper than :data:`MAX_DEPTH`, or a YAML
-        syntax error (key ``<root>``).
+      YamlRefusal: naming ``name``, the line and the key path, for an anchor, alias,
+        merge key, non-scalar, dotted or repeated key (with the line of the first),
+        nesting deeper than :data:`MAX_DEPTH`, a character YAML does not allow, or a
+        YAML syntax error (key ``<root>``).
     """
     import yaml
 
@@ -620,21 +686,42 @@ def parse_yaml(text: str, name: str = "params.yaml"):
             return None
         _check_nodes(node)
         return loader.construct_document(node)
-    except _Refused as e:
-        raise ParamsError(e.key, f"{name}:{e.line}: {e.message}") from None
+    except YamlRefusal as e:
+        raise YamlRefusal(e.key, e.line, e.message, name) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
+        line = mark.line + 1 if mark is not None else 0
         if isinstance(e, yaml.reader.ReaderError):
-            line = f":{text[:e.position].count(chr(10)) + 1}"
+            line = text[:e.position].count(chr(10)) + 1
             problem = f"character #x{e.character:04x} is not allowed"
         else:
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ParamsError("<root>", f"{name}{line}: invalid YAML: {quote(problem, 120, True)}") \
-            from None
+        raise YamlRefusal("<root>", line, f"invalid YAML: {quote(problem, 120, True)}",
+                          name) from None
+    except RecursionError:
+        raise YamlRefusal("<root>", 0, "nested too deeply", name) from None
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def parse_yaml(text: str, name: str = "params.yaml"):
+    """Parse params.yaml text with the structural refusals of :func:`strict_yaml`.
+
+    Returns:
+      The parsed document (None for an empty one).
+
+    Raises:
+      ParamsError: ``params: <key>: <name>:<line>: <what>`` for an anchor, alias, merge
+        key, non-scalar, dotted or repeated key, nesting deeper than :data:`MAX_DEPTH`, or a YAML
+        syntax error (key ``<root>``).
+    """
+    try:
+        return strict_yaml(text, name)
+    except YamlRefusal as e:
+        where = f"{name}:{e.line}" if e.line else name
+        tail = "; one spelling per parameter" if e.message.startswith("given twice") else ""
+        raise ParamsError(e.key, f"{where}: {e.message}{tail}") from None
 
 
 def apply_set(raw: dict, assignment: str) -> None:
@@ -661,41 +748,40 @@ def load(path: str | Path = "params.yaml", sets=()) -> dict:
     """Read and validate a params file (main venv: uses PyYAML), with the ``KEY=VALUE``
     assignments ``sets`` applied first (:func:`apply_set`).
 
-    Every reader of params.yaml goes through here.  The file is read whole only when it
-    holds at most :data:`MAX_FILE_BYTES`; its YAML is parsed by :func:`parse_yaml`
-    (anchors, aliases, merge keys, repeated or non-scalar keys and deep nesting refused
-    before anything is expanded), then :func:`validate`.
+    Every reader of params.yaml goes through here.  The file is read by the guarded
+    reader (:func:`dreamer_parity.records.read_text`: a regular file, inside the working
+    directory when given inside it, at most :data:`MAX_FILE_BYTES`, UTF-8); its YAML is
+    parsed by :func:`parse_yaml` (anchors, aliases, merge keys, repeated or non-scalar
+    keys and deep nesting refused before anything is expanded), then :func:`validate`
+    with ``complete=True``: an empty file, or one that lacks a key, is refused.
 
     Raises:
       FileNotFoundError: no such file.
-      ParamsError: see :func:`validate` and :func:`parse_yaml`; a file over the size
-        bound, YAML syntax errors and text that is not UTF-8 are reported in one line
-        naming the file and line.
+      ParamsError: see :func:`validate` and :func:`parse_yaml`; a file refused by the
+        guarded reader (over the size bound, not a regular file, not UTF-8), YAML syntax
+        errors, an empty file and a missing key are reported in one line naming the file
+        (and line or key).
     """
     from dreamer_parity import records
 
     path = Path(path)
-    with open(path, "rb") as f:   # FileNotFoundError: no such file
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ParamsError("<root>", f"{path.name}: larger than {MAX_FILE_BYTES} bytes "
-                                    f"(the round's file is about 1 KiB)")
     try:
-        text = records.read_text(path, path.name)
+        text = records.read_text(path, path.name, cap=MAX_FILE_BYTES)
     except records.RecordError as e:
         raise ParamsError("<root>", str(e)) from None
     raw = parse_yaml(text, path.name)
-    raw = {} if raw is None else raw
+    if raw is None or raw == {}:
+        return validate(raw, where=path.name, complete=True)   # the file is empty: refused
     for assignment in sets:
         if not isinstance(raw, dict):
             break   # validate names the malformed file
         apply_set(raw, assignment)
-    return validate(raw, where=path.name)
+    return validate(raw, where=path.name, complete=True)
 
 
 def smoke_overrides() -> list[str]:
     """The ``-S ++key=value`` overrides that turn params.yaml into the smoke round
-    (``++``: set the key, adding it where params.yaml leaves it to its default)."""
+    (``++``: set the key whether or not the file holds it)."""
     out = []
     for key, v in SMOKE.items():
         if isinstance(v, list):

@@ -23,9 +23,10 @@ Subcommands (working directory: the repository root, or a temporary experiment c
 
 ``compare``
     :func:`dreamer_parity.analysis.compare.run_round` on the sides that
-    :func:`dreamer_parity.sides.resolve` names, with the pre-registration
-    ``docs/rounds/<round>.md``.  Before the analysis starts, every finished run of the
-    records schema is checked against itself and the round
+    :func:`dreamer_parity.sides.resolve` names (every manifest of a directory source
+    verified), with the pre-registration ``docs/rounds/<round>.md``
+    (:func:`dreamer_parity.preflight.check_prereg`).  Before the analysis starts, every
+    finished run of the records schema is checked against itself and the round
     (:func:`dreamer_parity.preflight.check_runs`); a refused input (exit 2) leaves every
     output as it was (``metrics/train_last_window.json`` is replaced only after the
     analysis wrote its outputs).  Exit status: the analysis's.
@@ -75,8 +76,9 @@ def _cmd_reference(a) -> int:
 
 def _cmd_compare(a) -> int:
     params = pf.load(a.params)
-    # Each run's files against each other and the round, standard library only, before
-    # the analysis imports anything heavy or writes anything.
+    prereg = pf.check_prereg(params)
+    # Each run's files against each other and the round (their manifests verified first),
+    # standard library only, before the analysis imports anything heavy or writes anything.
     try:
         resolved = sides.resolve(params)
     except (sides.SideError, P.ParamsError, records.RecordError) as e:
@@ -85,7 +87,7 @@ def _cmd_compare(a) -> int:
     from dreamer_parity.analysis import compare
 
     return compare.run_round(params, ".", "metrics", "metrics/plots", "results/report.md",
-                             prereg=str(pf.prereg_path(params)))
+                             prereg=str(prereg))
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 from dreamer_parity import params as P
 from dreamer_parity import records, sides
 
-__all__ = ["PreflightError", "preflight", "prereg_path", "check", "check_runs", "GATE_TEXT"]
+__all__ = ["PreflightError", "preflight", "prereg_path", "check", "check_runs", "GATE_TEXT",
+           "check_prereg"]
 
 #: Content of the preflight gate file: constant on purpose, so that every stage can depend
 #: on it (it runs first) without it ever making them rerun (the text never changes, even
@@ -30,6 +31,34 @@ class PreflightError(ValueError):
 def prereg_path(params: dict, root: str | Path = ".") -> Path:
     """``docs/rounds/<round>.md`` under ``root`` (the round's pre-registration)."""
     return Path(root) / "docs" / "rounds" / f"{params['round']}.md"
+
+
+def check_prereg(params: dict, root: str | Path = ".") -> Path:
+    """Require the round's pre-registration ``docs/rounds/<round>.md`` (a reserved name
+    such as ``README`` never gets here: :func:`dreamer_parity.params.validate` refuses it).
+
+    The file must pass the guarded reader's checks
+    (:func:`dreamer_parity.records.check_file`): a regular file inside the repository, at
+    most ``records.MAX_BYTES["text"]`` bytes; the report links it.
+
+    Returns:
+      Its path.
+
+    Raises:
+      PreflightError: ``params: round: ...`` naming the file.
+    """
+    root = Path(root)
+    pre = prereg_path(params, root)
+    rel = pre.relative_to(root).as_posix()
+    try:
+        records.check_file(pre, rel)
+    except FileNotFoundError:
+        raise PreflightError(
+            f"params: round: no pre-registration {rel}; write and commit it before the "
+            f"round runs (docs/rounds/README.md)") from None
+    except records.RecordError as e:
+        raise PreflightError(f"params: round: {e}") from None
+    return pre
 
 
 def _check_reference_setup() -> None:
@@ -59,16 +88,14 @@ def check(params: dict, root: str | Path = ".", check_reference: bool = True) ->
     """Check a validated round; return ``sides.resolve(params, root)``.
 
     Raises:
-      PreflightError: no pre-registration, a side source that cannot be used (a run of a
-        directory source whose files disagree included, :func:`check_runs`), or (with
-        ``check_reference`` and a reference seed of source ``run``) no reference set-up.
+      PreflightError: no pre-registration (:func:`check_prereg`), a side source that
+        cannot be used (a run of a directory source whose files disagree, or whose
+        manifest does not verify, included: :func:`check_runs`,
+        :func:`dreamer_parity.sides.resolve`), or (with ``check_reference`` and a
+        reference seed of source ``run``) no reference set-up.
     """
     root = Path(root)
-    pre = prereg_path(params, root)
-    if not pre.is_file():
-        raise PreflightError(
-            f"params: round: no pre-registration {pre.relative_to(root)}; write and commit "
-            f"it before the round runs (docs/rounds/README.md)")
+    check_prereg(params, root)
     try:
         resolved = sides.resolve(params, root)
     except (sides.SideError, P.ParamsError, records.RecordError) as e:

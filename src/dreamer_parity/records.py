@@ -60,16 +60,38 @@ The two JSON-lines files may also be stored gzip-compressed, as ``records.jsonl.
 :func:`jsonl_path` finds either form (a directory holding both is refused), and
 :func:`read_text`, hence every reader here, decompresses a ``.gz`` file, at most
 :data:`MAX_DECOMPRESSED` bytes of it.
+
+The guarded reader: every file a stage reads (a run's files, the study's published files
+and their auxiliary files, params.yaml, the index of kept rounds, a pre-registration) is
+read by :func:`read_raw` and the functions built on it (:func:`read_bytes`,
+:func:`read_text`, :func:`read_json`, :func:`read_lines`).  Before a byte is read, it
+refuses a path that is not a regular file (a directory, a device, a fifo, a socket; a
+symbolic link is followed, so a link to ``/dev/zero`` is a device), one inside the
+working directory (the repository root a stage runs in) that resolves outside it through
+a symbolic link, and one larger than the cap of its kind (:data:`MAX_BYTES`, by the name's
+suffix, :func:`file_kind`).  Text is UTF-8 (a byte that is not is named with its line and
+offset), JSON errors name ``file:line``, and every number read lies within
+``+-MAX_MAGNITUDE`` (so that no sum, square or fourth power of what was read overflows).
+Every refusal is a :class:`RecordError` of one line naming the file.
+
+Evaluation returns and lengths and training-episode scores and lengths are checked
+against the environment's ranges (:mod:`dreamer_parity.environment`) by
+:func:`read_records` and :func:`read_episodes`.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import math
 import os
+import stat
+import zlib
 from pathlib import Path
+
+from dreamer_parity import environment
 
 __all__ = [
     "RecordError", "RECORD_FIELDS", "EPISODE_FIELDS", "SIDES", "run_dir",
@@ -79,6 +101,7 @@ __all__ = [
     "write_text", "file_sha256", "done_agrees", "DONE_RUN_KEYS", "recorded_value",
     "protocol_expected", "protocol_disagreements", "check_run_agrees",
     "JSONL_FILES", "GZ", "MAX_DECOMPRESSED", "jsonl_path", "gzip_bytes", "read_bytes",
+    "read_raw", "MAX_BYTES", "MAX_MAGNITUDE", "file_kind", "check_file",
 ]
 
 SIDES = ("reference", "candidate")
@@ -87,9 +110,21 @@ DONE = "DONE.json"
 JSONL_FILES = ("records.jsonl", "episodes.jsonl")
 #: Suffix of a gzip-compressed file (:func:`gzip_bytes`).
 GZ = ".gz"
-#: Largest decompressed size of a ``.gz`` file any reader accepts (bytes): a full-size
-#: run's records.jsonl is about 0.35 MB, its episodes.jsonl about 0.15 MB.
-MAX_DECOMPRESSED = 16 * 2 ** 20
+_MIB = 2 ** 20
+#: Largest file of each kind any reader accepts, in bytes as stored (the kind is the
+#: name's suffix, :func:`file_kind`; a caller may name a smaller cap).  Measured: a
+#: full-size run's records.jsonl is about 0.35 MiB, its episodes.jsonl about 0.15 MiB,
+#: its run.json about 10 KiB; a published evals.jsonl 15 KiB, data/published/tables.csv
+#: 0.32 MiB, docs/rounds/index.yaml 2 KiB, a pre-registration at most 30 KiB.
+MAX_BYTES = {"jsonl": 4 * _MIB, "json": 1 * _MIB, "csv": 4 * _MIB, "yaml": 256 * 1024,
+             "text": 1 * _MIB}
+#: Largest decompressed size of a ``.gz`` file any reader accepts (bytes): the cap of a
+#: JSON-lines file, the only kind stored compressed.
+MAX_DECOMPRESSED = 4 * _MIB
+#: Largest magnitude of any number a JSON reader accepts: a count is at most 2**53
+#: (:data:`MAX_INT`), a timestamp about 2e9; at 1e30 the fourth power of a value (Welch's
+#: degrees of freedom square variances) is still finite in float64.
+MAX_MAGNITUDE = 1e30
 
 #: field -> accepted Python types (None means JSON null is accepted)
 RECORD_FIELDS = {
@@ -130,27 +165,53 @@ MAX_INT = 2 ** 53
 
 
 class _NonFinite(ValueError):
-    pass
+    """A number JSON may hold but the project does not read; ``token`` is its text."""
+
+    def __init__(self, message: str, token: str):
+        super().__init__(message)
+        self.token = token
 
 
 def _parse_constant(name):
-    raise _NonFinite(f"{name} is not a finite number (JSON has no NaN/Infinity)")
+    raise _NonFinite(f"{name} is not a finite number (JSON has no NaN/Infinity)", name)
 
 
 def _parse_float(text):
     v = float(text)
     if not math.isfinite(v):
-        raise _NonFinite(f"{text} is not a finite number")
+        raise _NonFinite(f"{text[:40]} is not a finite number", text)
+    if abs(v) > MAX_MAGNITUDE:
+        raise _NonFinite(f"{text[:40]} lies outside +-{MAX_MAGNITUDE:g} (the bound of every "
+                         f"number read)", text)
+    return v
+
+
+def _parse_int(text):
+    if len(text.lstrip("-")) > 31:     # more digits than 1e30 has: refused before int()
+        raise _NonFinite(f"{text[:40]}... lies outside +-{MAX_MAGNITUDE:g} (the bound of "
+                         f"every number read)", text)
+    v = int(text)
+    if abs(v) > MAX_MAGNITUDE:
+        raise _NonFinite(f"{text[:40]} lies outside +-{MAX_MAGNITUDE:g} (the bound of every "
+                         f"number read)", text)
     return v
 
 
 def loads_finite(text: str):
-    """``json.loads`` refusing NaN, Infinity and overflowing floats (ValueError).
+    """``json.loads`` refusing NaN, Infinity, overflowing floats and any number outside
+    ``+-MAX_MAGNITUDE`` (ValueError).
 
     Every file the project reads was written with ``allow_nan=False``; Python's json would
     otherwise read ``NaN`` / ``Infinity`` silently.
     """
-    return json.loads(text, parse_constant=_parse_constant, parse_float=_parse_float)
+    return json.loads(text, parse_constant=_parse_constant, parse_float=_parse_float,
+                      parse_int=_parse_int)
+
+
+def _line_of(text: str, token: str) -> int:
+    """1-based line of the first ``token`` in ``text`` (1 when absent)."""
+    i = text.find(token)
+    return text.count("\n", 0, i) + 1 if i >= 0 else 1
 
 
 def mean_matches(mean, values) -> bool:
@@ -159,25 +220,121 @@ def mean_matches(mean, values) -> bool:
     return abs(float(mean) - want) <= MEAN_RTOL * max(1.0, abs(want))
 
 
-def read_bytes(path, where: str | None = None) -> bytes:
-    """The bytes of ``path``, decompressed when its name ends in :data:`GZ`.
+def file_kind(path) -> str:
+    """The kind of a file by its name (a ``.gz`` suffix set aside): ``jsonl``, ``json``,
+    ``csv``, ``yaml`` (``.yaml``, ``.yml``) or ``text`` (anything else); the key of its
+    cap in :data:`MAX_BYTES`."""
+    name = Path(path).name
+    if name.endswith(GZ):
+        name = name[:-len(GZ)]
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    return {"jsonl": "jsonl", "json": "json", "csv": "csv", "yaml": "yaml",
+            "yml": "yaml"}.get(suffix, "text")
+
+
+_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a fifo"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _inside_working_directory(path: Path, where: str) -> None:
+    """Refuse a path that lies inside the working directory but resolves outside it."""
+    cwd = os.getcwd()
+    lexical = os.path.abspath(path)
+    if lexical != cwd and not lexical.startswith(cwd.rstrip(os.sep) + os.sep):
+        return      # given outside the repository (a command line's directory, a test)
+    real, base = os.path.realpath(path), os.path.realpath(cwd)
+    if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
+        raise RecordError(f"{where}: resolves outside the repository through a symbolic "
+                          f"link; a file the round reads lies inside it")
+
+
+def check_file(path, where: str | None = None, cap: int | None = None) -> os.stat_result:
+    """Check, before reading, that ``path`` may be read: the guarded reader's refusals.
+
+    Args:
+      path: the file (a symbolic link is followed).
+      where: the name used in messages (default: the path).
+      cap: the largest size accepted, in bytes (default: :data:`MAX_BYTES` of
+        :func:`file_kind`).
+
+    Returns:
+      The ``os.stat`` result of the file.
 
     Raises:
-      RecordError: ``<where>: not a complete gzip file (...)`` (a truncated or corrupt
-        ``.gz``) or ``<where>: decompresses to more than MAX_DECOMPRESSED bytes``
-        (``where`` defaults to the path).
+      FileNotFoundError: no such file (a dangling link included).
+      RecordError: one line naming ``where``: not a regular file (a directory, a device,
+        a fifo, a socket), a path inside the working directory that resolves outside it,
+        a file over the cap, or one that cannot be stat'ed (a link loop, no permission).
+    """
+    path = Path(path)
+    where = str(path) if where is None else where
+    cap = MAX_BYTES[file_kind(path)] if cap is None else cap
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise RecordError(f"{where}: cannot be read ({e.strerror or type(e).__name__})") \
+            from None
+    if not stat.S_ISREG(st.st_mode):
+        what = next((name for test, name in _TYPES if test(st.st_mode)), "not a plain file")
+        raise RecordError(f"{where}: not a regular file but {what}; a round reads regular "
+                          f"files only")
+    _inside_working_directory(path, where)
+    if st.st_size > cap:
+        raise RecordError(f"{where}: larger than {cap} bytes ({st.st_size} bytes; the cap "
+                          f"of a {file_kind(path)} file)")
+    return st
+
+
+def read_raw(path, where: str | None = None, cap: int | None = None) -> bytes:
+    """The bytes of ``path`` as stored (a ``.gz`` not decompressed): the one place a file
+    the project reads is opened.  :func:`check_file` first, then at most ``cap`` bytes are
+    read from the file it checked (a file that grows or is replaced meanwhile is refused).
+
+    Raises:
+      FileNotFoundError: no such file.
+      RecordError: :func:`check_file`'s refusals, naming ``where``.
+    """
+    path = Path(path)
+    where = str(path) if where is None else where
+    cap = MAX_BYTES[file_kind(path)] if cap is None else cap
+    st = check_file(path, where, cap)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise RecordError(f"{where}: cannot be read ({e.strerror or type(e).__name__})") \
+            from None
+    with os.fdopen(fd, "rb") as f:
+        now = os.fstat(f.fileno())
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            raise RecordError(f"{where}: replaced while it was read")
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise RecordError(f"{where}: larger than {cap} bytes (it grew while it was read)")
+    return data
+
+
+def read_bytes(path, where: str | None = None, cap: int | None = None) -> bytes:
+    """The bytes of ``path`` (:func:`read_raw`), decompressed when its name ends in
+    :data:`GZ` (at most :data:`MAX_DECOMPRESSED` bytes of it).
+
+    Raises:
+      RecordError: :func:`read_raw`'s refusals, ``<where>: not a complete gzip file
+        (...)`` (a truncated or corrupt ``.gz``) or ``<where>: decompresses to more than
+        MAX_DECOMPRESSED bytes`` (``where`` defaults to the path).
       FileNotFoundError: no such file.
     """
     path = Path(path)
     where = str(path) if where is None else where
+    raw = read_raw(path, where, cap)
     if not path.name.endswith(GZ):
-        return path.read_bytes()
+        return raw
     try:
-        with gzip.open(path, "rb") as f:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as f:
             data = f.read(MAX_DECOMPRESSED + 1)
-    except (OSError, EOFError, ValueError) as e:   # BadGzipFile is an OSError; zlib.error
-        if isinstance(e, FileNotFoundError):
-            raise
+    except (OSError, EOFError, ValueError, zlib.error) as e:   # BadGzipFile is an OSError
         raise RecordError(f"{where}: not a complete gzip file ({type(e).__name__}: "
                           f"{str(e)[:80]})") from None
     if len(data) > MAX_DECOMPRESSED:
@@ -185,7 +342,7 @@ def read_bytes(path, where: str | None = None) -> bytes:
     return data
 
 
-def read_text(path, where: str | None = None) -> str:
+def read_text(path, where: str | None = None, cap: int | None = None) -> str:
     """The UTF-8 text of ``path`` (decompressed first when it is a ``.gz``,
     :func:`read_bytes`): the one decoding check of every file the project reads.
 
@@ -196,7 +353,7 @@ def read_text(path, where: str | None = None) -> str:
     """
     path = Path(path)
     where = str(path) if where is None else where
-    data = read_bytes(path, where)
+    data = read_bytes(path, where, cap)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -278,8 +435,8 @@ DONE_RUN_KEYS = ("side", "seed", "run_sha256")
 
 
 def file_sha256(path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """Hex SHA-256 of a file's bytes as stored (:func:`read_raw`: its refusals apply)."""
+    return hashlib.sha256(read_raw(path)).hexdigest()
 
 
 def write_done(directory, status: str = "ok", reason: str | None = None) -> None:
@@ -344,21 +501,33 @@ def done_agrees(directory, done: dict, side: str | None = None,
     return True
 
 
-def read_json(path) -> dict:
-    """Read one JSON object; RecordError names the file on a parse error."""
+def read_json(path, where: str | None = None, cap: int | None = None) -> dict:
+    """Read one JSON object through the guarded reader (:func:`read_text`,
+    :func:`loads_finite`).
+
+    Raises:
+      RecordError: one line naming ``where`` (default: the path): ``missing``, the reader's
+        refusals, ``<where>:<line>: invalid JSON (...)``, ``<where>:<line>: <number> is
+        not a finite number`` or outside ``+-MAX_MAGNITUDE``, ``expected a JSON object``.
+    """
     path = Path(path)
-    if not path.exists():
-        raise RecordError(f"{path}: missing")
+    where = str(path) if where is None else where
     try:
-        obj = loads_finite(read_text(path, str(path)))
+        text = read_text(path, where, cap)
+    except FileNotFoundError:
+        raise RecordError(f"{where}: missing") from None
+    try:
+        obj = loads_finite(text)
     except _NonFinite as e:
-        raise RecordError(f"{path}: {e}") from None
-    except ValueError as e:
-        if isinstance(e, RecordError):
-            raise
-        raise RecordError(f"{path}: invalid JSON ({e})") from None
+        raise RecordError(f"{where}:{_line_of(text, e.token)}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{where}:{e.lineno}: invalid JSON ({e.msg}, column "
+                          f"{e.colno})") from None
+    except (ValueError, RecursionError) as e:
+        raise RecordError(f"{where}: invalid JSON ({type(e).__name__}: "
+                          f"{str(e)[:80]})") from None
     if not isinstance(obj, dict):
-        raise RecordError(f"{path}: expected a JSON object")
+        raise RecordError(f"{where}: expected a JSON object")
     return obj
 
 
@@ -369,7 +538,7 @@ def read_done(directory) -> dict:
       RecordError: no marker (an unfinished or killed run), or a malformed one.
     """
     path = Path(directory) / DONE
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise RecordError(f"{path}: missing completion marker: the run did not finish")
     obj = read_json(path)
     if obj.get("status") not in ("ok", "failed"):
@@ -421,18 +590,21 @@ def _check_record_values(path, lineno, obj):
             raise RecordError(f"{path}:{lineno}: field {name!r} must hold {what}, got {bad[0]!r}")
     if len(obj["eval_returns"]) != len(obj["eval_lengths"]):
         raise RecordError(f"{path}:{lineno}: eval_returns and eval_lengths differ in length")
-    for mean_key, list_key in (("eval_mean", "eval_returns"), ("eval_len_mean", "eval_lengths")):
+    for mean_key, list_key, kind in (("eval_mean", "eval_returns", "return"),
+                                     ("eval_len_mean", "eval_lengths", "length")):
         values = obj[list_key]
         if not values:
             raise RecordError(f"{path}:{lineno}: field {list_key!r} is empty")
+        problem = environment.values_problem(kind, values)   # before any sum of them
+        if problem:
+            raise RecordError(f"{path}:{lineno}: field {list_key!r} {problem}")
         if not mean_matches(obj[mean_key], values):
             raise RecordError(
                 f"{path}:{lineno}: field {mean_key!r} {obj[mean_key]!r} is not the mean of "
                 f"{list_key!r} ({math.fsum(values) / len(values)!r})")
-    bad = [v for v in obj["eval_lengths"] if not 0 <= v <= MAX_INT]
-    if bad:
-        raise RecordError(f"{path}:{lineno}: field 'eval_lengths' holds {bad[0]}, outside "
-                          f"0..2**53")
+        problem = environment.mean_problem(kind, obj[mean_key], values, MEAN_RTOL)
+        if problem:
+            raise RecordError(f"{path}:{lineno}: field {mean_key!r} {problem}")
     for name, ok, what in (("train", lambda v: v is None or _is_number(v), "numbers or null"),
                            ("train_counts", lambda v: isinstance(v, int)
                             and not isinstance(v, bool), "integers")):
@@ -461,15 +633,17 @@ def read_lines(path, where: str | None = None) -> list[tuple[int, dict]]:
       ``[(line_number, object), ...]`` (1-based line numbers), one JSON object per line.
 
     Raises:
-      RecordError: ``<where>:<line>: ...``: missing file, not UTF-8, a last line without
-        its newline (truncated), an empty line, invalid JSON, NaN / Infinity, or a line
-        that is not an object.
+      RecordError: ``<where>:<line>: ...``: missing file, the guarded reader's refusals
+        (:func:`read_raw`), not UTF-8, a last line without its newline (truncated), an
+        empty line, invalid JSON, NaN / Infinity or a number outside
+        ``+-MAX_MAGNITUDE``, or a line that is not an object.
     """
     path = Path(path)
     where = str(path) if where is None else where
-    if not path.exists():
-        raise RecordError(f"{where}: missing")
-    text = read_text(path, where)
+    try:
+        text = read_text(path, where)
+    except FileNotFoundError:
+        raise RecordError(f"{where}: missing") from None
     if text and not text.endswith("\n"):
         n = text.count("\n") + 1
         raise RecordError(f"{where}:{n}: truncated line (no final newline)")
@@ -481,8 +655,9 @@ def read_lines(path, where: str | None = None) -> list[tuple[int, dict]]:
             obj = loads_finite(line)
         except _NonFinite as e:
             raise RecordError(f"{where}:{i}: {e}") from None
-        except ValueError as e:
-            raise RecordError(f"{where}:{i}: truncated or invalid JSON ({e})") from None
+        except (ValueError, RecursionError) as e:
+            raise RecordError(f"{where}:{i}: truncated or invalid JSON "
+                              f"({str(e)[:120]})") from None
         if not isinstance(obj, dict):
             raise RecordError(f"{where}:{i}: expected a JSON object")
         out.append((i, obj))
@@ -493,8 +668,10 @@ def read_records(directory, require_done: bool = True) -> list[dict]:
     """Read and validate ``records.jsonl`` (or ``records.jsonl.gz``) of a run directory.
 
     Checks every field's presence and type (list and dict elements included), the
-    status value, rows strictly increasing, equal-length return and length lists, and
-    (by default) the completion marker, which is read first.
+    status value, rows strictly increasing, equal-length return and length lists, every
+    evaluation return and length a value the environment can produce and each mean
+    within its list (:mod:`dreamer_parity.environment`), each mean equal to its list's,
+    and (by default) the completion marker, which is read first.
 
     Raises:
       RecordError: naming the file, the line and the field.
@@ -521,8 +698,13 @@ def read_records(directory, require_done: bool = True) -> list[dict]:
 
 
 def read_episodes(directory, require_done: bool = True) -> list[dict]:
-    """Read and validate ``episodes.jsonl`` (or ``episodes.jsonl.gz``; RecordError naming
-    file, line, field)."""
+    """Read and validate ``episodes.jsonl`` (or ``episodes.jsonl.gz``): every field's
+    type, counts within 0..2**53, and ``length`` and ``score`` values the environment can
+    produce (:mod:`dreamer_parity.environment`).
+
+    Raises:
+      RecordError: naming the file, the line and the field.
+    """
     directory = Path(directory)
     if require_done:
         read_done(directory)
@@ -531,6 +713,10 @@ def read_episodes(directory, require_done: bool = True) -> list[dict]:
     for i, obj in read_lines(path):
         _check_types(path, i, obj, EPISODE_FIELDS)
         _check_counts(path, i, obj, ("seed", "worker", "row_last", "length"))
+        for name, kind in (("length", "length"), ("score", "return")):
+            problem = environment.value_problem(kind, obj[name])
+            if problem:
+                raise RecordError(f"{path}:{i}: field {name!r} {problem}")
         eps.append(obj)
     return eps
 
@@ -580,12 +766,14 @@ def read_run(directory) -> dict:
     directory = Path(directory)
     done = read_done(directory)
     timing_path = directory / "timing.json"
+    timing = read_json(timing_path) if timing_path.exists() or timing_path.is_symlink() \
+        else None
     return {
         "done": done,
         "run": read_run_info(directory / "run.json"),
         "records": read_records(directory, require_done=False),
         "episodes": read_episodes(directory, require_done=False),
-        "timing": read_json(timing_path) if timing_path.exists() else None,
+        "timing": timing,
     }
 
 

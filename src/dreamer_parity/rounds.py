@@ -91,17 +91,32 @@ def repo_root(start=".") -> Path:
 def load_index(root, path: str = INDEX) -> dict[str, dict]:
     """The index as ``{name: {"commit": str (40 hex), "about": str}}`` in file order.
 
+    The file is read through the guarded reader (:func:`dreamer_parity.records.read_text`)
+    and parsed by the strict YAML reader (:func:`dreamer_parity.params.strict_yaml`),
+    which refuses a name given twice (PyYAML alone keeps the last silently), naming the
+    line of each entry.
+
     Raises:
-      RoundsError: the file is missing, not YAML, not a mapping of names to entries with
-      exactly ``commit`` and ``about``, or a name or commit is malformed.
+      RoundsError: one line naming the file (and line): missing, refused by the guarded
+      reader, not YAML, a name given twice, not a mapping of names to entries with
+      exactly ``commit`` and ``about``, a name that is not a plain name or is reserved
+      (:data:`dreamer_parity.params.RESERVED_ROUNDS`), or a malformed commit.
     """
+    from dreamer_parity import params as P
+    from dreamer_parity import records
+
     p = Path(root) / path
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise RoundsError(f"{path}: not found")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise RoundsError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        data = P.strict_yaml(records.read_text(p, path), path)
+    except records.RecordError as e:
+        raise RoundsError(str(e)) from None
+    except P.YamlRefusal as e:
+        if e.message.startswith("given twice"):
+            raise RoundsError(f"{path}:{e.line}: round {e.key[:80]!r} {e.message}: a kept "
+                              f"round has one entry") from None
+        raise RoundsError(str(e)) from None
     if not isinstance(data, dict) or not data:
         raise RoundsError(f"{path}: must be a mapping of round names to entries")
     out = {}
@@ -109,6 +124,9 @@ def load_index(root, path: str = INDEX) -> dict[str, dict]:
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise RoundsError(f"{path}: round name {str(name)[:80]!r} is not a plain name "
                               f"(letters, digits, '-', '_')")
+        if name.lower() in P.RESERVED_ROUNDS:
+            raise RoundsError(f"{path}: round name {name!r} is reserved (docs/rounds/"
+                              f"README.md and index.yaml are not rounds)")
         if not isinstance(entry, dict) or set(entry) != _FIELDS:
             got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
             raise RoundsError(f"{path}: {name}: needs exactly the keys {sorted(_FIELDS)}, got {got}")

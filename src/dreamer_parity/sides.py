@@ -31,15 +31,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dreamer_parity import manifest
 from dreamer_parity import params as P
 from dreamer_parity import records
 
 __all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir", "seed_sources",
-           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN"]
+           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN", "published_round_dir"]
 
 #: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
 RESULTS = "results"
@@ -150,14 +152,26 @@ def _made_by_records(run_dir: Path, key: str) -> str:
     return made
 
 
+def published_round_dir(run_dir: Path, made_by: str) -> Path:
+    """The round directory of a published run (``<round>/ref_s<S>`` made by the
+    reference, ``<round>/ajax/s<S>`` made by the study's candidate): the directory whose
+    manifest covers it and whose ``launch_info.txt`` names its commit."""
+    run_dir = Path(run_dir)
+    return run_dir.parent if made_by == "reference" else run_dir.parent.parent
+
+
 def locate(directory: Path, side: str, seed: int, key: str,
-           shown: str | None = None) -> tuple[Path, str, str]:
-    """Find seed ``seed`` of ``side`` in a source directory.
+           shown: str | None = None, require_manifest: bool = False) -> tuple[Path, str, str]:
+    """Find seed ``seed`` of ``side`` in a source directory, its manifest verified first.
 
     Looks, in this order, for a records run ``<dir>/s<S>`` or ``<dir>/<side>/s<S>``,
     then the published layout: for the reference side
     ``ref_s<S>``, ``ajax/s<S>``, ``s<S>``; for the candidate ``ajax/s<S>``, ``s<S>``,
-    ``ref_s<S>`` (each with ``evals.jsonl``).
+    ``ref_s<S>`` (each with ``evals.jsonl``).  Before any file of the run is read, its
+    manifest is verified (:func:`dreamer_parity.manifest.verify`): a records run's own
+    ``MANIFEST.json`` (required with ``require_manifest``, else verified when present), a
+    published run's round directory's (always required: the study's files are committed
+    with theirs).
 
     Returns:
       ``(run_dir, layout, made_by)``.
@@ -165,17 +179,20 @@ def locate(directory: Path, side: str, seed: int, key: str,
     Args:
       directory: the source directory; side, seed: what to find; key: the message's
         prefix (``params: candidate.source``); shown: the directory as messages name it
-        (default: ``directory``).
+        (default: ``directory``); require_manifest: refuse a records run without a
+        manifest (a directory source of params.yaml: :func:`resolve`).
 
     Raises:
       SideError: naming ``key`` when the directory holds no run of that seed, or a
         records run whose ``run.json`` is missing or does not say which side made it;
-      records.RecordError: a malformed ``run.json`` (naming the file and field).
+      records.RecordError: a manifest that is missing (where required) or does not
+        verify, or a malformed ``run.json`` (naming the file and field).
     """
     d = Path(directory)
     n = d if shown is None else shown
     for p in (d / f"s{seed}", d / side / f"s{seed}"):
         if _is_records_run(p):
+            manifest.verify(p, require_manifest, f"{n}/{p.relative_to(d).as_posix()}")
             return p, "records", _made_by_records(p, key)
     pub = {"reference": (d / f"ref_s{seed}", "reference"),
            "ajax": (d / "ajax" / f"s{seed}", "candidate"),
@@ -184,6 +201,10 @@ def locate(directory: Path, side: str, seed: int, key: str,
     for name in order:
         p, made = pub[name]
         if (p / "evals.jsonl").is_file():
+            round_dir = published_round_dir(p, made)
+            manifest.verify(round_dir, True,
+                            os.path.normpath(os.path.join(str(n), os.path.relpath(round_dir, d))),
+                            must_list=(p.relative_to(round_dir).as_posix() + "/evals.jsonl",))
             return p, "published", made
     raise SideError(
         f"{key}: {n} has no run of seed {seed} (expected {n}/s{seed}/ with records.jsonl "
@@ -203,12 +224,14 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
     Returns:
       ``{side: Side}``; a ``run`` seed is ``results/<side>/s<S>`` (layout ``records``,
       made by ``side``; it need not exist yet), every other seed is found by
-      :func:`locate`.  ``run_dir`` values are relative to ``root`` (POSIX form).
+      :func:`locate`, its manifest verified (required: every run a directory source
+      names is kept with one).  ``run_dir`` values are relative to ``root`` (POSIX form).
 
     Raises:
       SideError / params.ParamsError: one line naming ``<side>.source``: a path outside
         the repository or missing, or a seed the directory does not hold;
-      records.RecordError: a records run's malformed ``run.json``.
+      records.RecordError: a manifest missing or not verified, a records run's malformed
+        ``run.json``.
     """
     root = Path(root)
     out = {}
@@ -225,7 +248,8 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
                 raise SideError(f"params: {key}: {src} is not a directory (the published "
                                 f"rounds are data/published/round1, round2 and round3), "
                                 f"or set {key}: run")
-            run_dir, layout, made = locate(d, side, seed, f"params: {key}", src)
+            run_dir, layout, made = locate(d, side, seed, f"params: {key}", src,
+                                           require_manifest=True)
             entries.append(SeedSource(seed, src, run_dir.relative_to(root).as_posix(),
                                       layout, made))
         out[side] = Side(side, tuple(entries))
@@ -237,10 +261,13 @@ def side_from_dir(directory, side: str, seeds) -> Side:
     ``--candidate`` and the tests): every seed located there by :func:`locate`.
 
     ``run_dir`` values keep ``directory``'s form (absolute stays absolute: nothing is
-    written out from them; reports print :func:`analysis.load.display_path`).
+    written out from them; reports print :func:`analysis.load.display_path`).  A records
+    run's manifest is verified when it holds one, a published run's is required
+    (:func:`locate`).
 
     Raises:
-      SideError: the directory is missing or lacks a seed.
+      SideError: the directory is missing or lacks a seed;
+      records.RecordError: a manifest that does not verify.
     """
     d = Path(directory)
     if side not in records.SIDES:

@@ -15,20 +15,25 @@ Published runs carry evaluations but no training episodes and no training-metric
 windows: :class:`~dreamer_parity.analysis.load.Run` fields ``episodes`` and ``train``
 are None and ``unavailable`` says why.
 
+Every file here is read through the guarded reader (:mod:`dreamer_parity.records`:
+regular files inside the repository, capped sizes, UTF-8, JSON errors naming
+``file:line``, numbers bounded), after the round directory's ``MANIFEST.json`` was verified
+(:func:`dreamer_parity.sides.locate`); evaluation returns, lengths and means are checked
+against the environment's ranges (:mod:`dreamer_parity.environment`).
+
 The numbers that the study published only in its Markdown reports (evaluation-curve and
 training-metric window tables) are in ``tables.csv``: :mod:`.published_tables`.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dreamer_parity import records
+from dreamer_parity import environment, records
 from dreamer_parity.analysis.runs import AnalysisError, Run, display_path
 
 __all__ = ["load_run", "load_run_dir", "read_evals", "read_launch_info", "EMPTY_SHA1"]
@@ -46,8 +51,10 @@ def read_evals(path) -> list[dict]:
     Every line is an object with integer ``seed``, ``rows``, ``updates`` (0..2**53), a
     number ``mean`` and, when not null, ``returns`` (a non-empty list of numbers whose mean
     is ``mean``, :data:`dreamer_parity.records.MEAN_RTOL`) and ``lengths`` (integers, as
-    many, their mean ``len_mean`` when present); no NaN or Infinity anywhere; ``rows``
-    strictly increasing.
+    many, their mean ``len_mean`` when present); every return and length a value the
+    environment can produce, every mean within its list's [min, max] or, without a list,
+    within the environment's range (:mod:`dreamer_parity.environment`); no NaN or
+    Infinity anywhere; ``rows`` strictly increasing.
 
     Raises:
       records.RecordError: naming file and line (the one error type of the JSONL reader).
@@ -67,10 +74,17 @@ def read_evals(path) -> list[dict]:
             if not 0 <= obj[key] <= records.MAX_INT:
                 raise records.RecordError(
                     f"{where}: field {key!r} must lie in 0..2**53, got {obj[key]}")
-        for mean_key, list_key, kind in (("mean", "returns", (int, float)),
-                                         ("len_mean", "lengths", int)):
+        for mean_key, list_key, kind, env in (("mean", "returns", (int, float), "return"),
+                                              ("len_mean", "lengths", int, "length")):
             values = obj.get(list_key)
+            m = obj.get(mean_key)
             if values is None:
+                if m is not None and mean_key == "len_mean" and (
+                        isinstance(m, bool) or not isinstance(m, (int, float))):
+                    raise records.RecordError(f"{where}: field {mean_key!r} not a number")
+                problem = None if m is None else environment.mean_problem(env, m)
+                if problem:
+                    raise records.RecordError(f"{where}: field {mean_key!r} {problem}")
                 continue
             if not isinstance(values, list) or not values:
                 raise records.RecordError(
@@ -79,7 +93,9 @@ def read_evals(path) -> list[dict]:
             if bad:
                 raise records.RecordError(
                     f"{where}: field {list_key!r} must hold numbers, got {bad[0]!r}")
-            m = obj.get(mean_key)
+            problem = environment.values_problem(env, values)   # before any sum of them
+            if problem:
+                raise records.RecordError(f"{where}: field {list_key!r} {problem}")
             if m is None and mean_key == "len_mean":
                 continue
             if isinstance(m, bool) or not isinstance(m, (int, float)):
@@ -88,6 +104,9 @@ def read_evals(path) -> list[dict]:
                 raise records.RecordError(
                     f"{where}: field {mean_key!r} {m!r} is not the mean of "
                     f"{list_key!r} ({sum(values) / len(values)!r})")
+            problem = environment.mean_problem(env, m, values, records.MEAN_RTOL)
+            if problem:
+                raise records.RecordError(f"{where}: field {mean_key!r} {problem}")
         if obj.get("returns") is not None and obj.get("lengths") is not None and \
                 len(obj["returns"]) != len(obj["lengths"]):
             raise records.RecordError(f"{where}: fields 'returns' and 'lengths' differ in length")
@@ -104,12 +123,16 @@ def read_launch_info(path) -> dict:
 
     The candidate is clean when its "uncommitted diff vs HEAD sha1" is the empty-string
     sha1; the reference's dirty flag is not recorded there (None).  Missing file: {}.
+
+    Raises:
+      records.RecordError: the guarded reader's refusals (not a regular file, over the
+        cap, not UTF-8 with its line and byte), naming the file.
     """
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return {}
     out = {}
-    for line in path.read_text().splitlines():
+    for line in records.read_text(path, display_path(path)).splitlines():
         m = re.match(r"^(reference|ajax):\s.*@\s*([0-9a-f]{7,40})(.*)$", line.strip())
         if not m:
             continue
@@ -120,6 +143,24 @@ def read_launch_info(path) -> dict:
         out["reference" if m.group(1) == "reference" else "candidate"] = {
             "commit": m.group(2), "dirty": dirty}
     return out
+
+
+def _present(path: Path) -> bool:
+    """Whether a name is there at all (a dangling link or a directory included: the
+    guarded reader then says what it is)."""
+    return path.exists() or path.is_symlink()
+
+
+def _optional_json(path: Path) -> dict | None:
+    """An auxiliary JSON object file through the guarded reader, None when absent.
+
+    Raises:
+      records.RecordError: naming the file (and line): not a regular file, over the cap,
+        not UTF-8, invalid JSON, a number not finite or out of bounds, not an object.
+    """
+    if not _present(path):
+        return None
+    return records.read_json(path, display_path(path))
 
 
 def load_run(directory, side: str, seed: int) -> Run:
@@ -149,7 +190,10 @@ def load_run_dir(run_dir, side: str, seed: int, made_by: str) -> Run:
       made_by: ``"reference"`` or ``"candidate"`` (:func:`dreamer_parity.sides.locate`).
 
     Raises:
-      records.RecordError: the run's ``evals.jsonl`` is missing or malformed;
+      records.RecordError: the run's ``evals.jsonl`` is missing or malformed, or an
+        auxiliary file (``timing.json``, ``run_args.json``, ``config.json``,
+        ``launch_info.txt``, ``PATCH.txt``) is refused by the guarded reader or is not
+        of its shape, naming the file (and line);
       AnalysisError: its seed field disagrees with the directory.
     """
     run_dir = Path(run_dir)
@@ -170,20 +214,21 @@ def load_run_dir(run_dir, side: str, seed: int, made_by: str) -> Run:
     timing = None
     args: dict = {}
     if made_by == "reference":
-        tpath = run_dir / "timing.json"
-        timing = json.loads(tpath.read_text()) if tpath.exists() else None
-        apath = run_dir / "run_args.json"
-        if apath.exists():
-            a = json.loads(apath.read_text())
+        timing = _optional_json(run_dir / "timing.json")
+        a = _optional_json(run_dir / "run_args.json")
+        if a is not None:
             args = {k: a[k] for k in ("seed", "rows", "eval_every", "eval_episodes") if k in a}
             if "tiny" in a:
                 args["profile"] = "smoke" if a["tiny"] else "full"
     else:
-        cpath = (run_dir.parent / "config.json")
-        tpath = run_dir.parent / "timing.json"
-        timing = json.loads(tpath.read_text()) if tpath.exists() else None
-        if cpath.exists():
-            r = json.loads(cpath.read_text()).get("run", {})
+        timing = _optional_json(run_dir.parent / "timing.json")
+        cpath = run_dir.parent / "config.json"
+        c = _optional_json(cpath)
+        if c is not None:
+            r = c.get("run", {})
+            if not isinstance(r, dict) or not isinstance(r.get("seeds", []), list):
+                raise records.RecordError(f"{display_path(cpath)}: field 'run' must be an "
+                                          f"object whose 'seeds' is a list")
             if seed in r.get("seeds", []):
                 args["seed"] = seed
             for ours, theirs in (("rows", "rows"), ("eval_every", "log_every"),
@@ -193,14 +238,15 @@ def load_run_dir(run_dir, side: str, seed: int, made_by: str) -> Run:
             if "tiny" in r:
                 args["profile"] = "smoke" if r["tiny"] else "full"
     patch = run_dir / "PATCH.txt"
-    if not patch.exists():
+    if not _present(patch):
         patch = run_dir.parent / "PATCH.txt"
     launch = read_launch_info(round_dir / "launch_info.txt")
     prov = {}
     if made_by in launch:
         prov["reference" if made_by == "reference" else "repo"] = launch[made_by]
     run_info = {"args": args, "config": {}, "provenance": prov,
-                "patch": patch.read_text().strip() if patch.exists() else None}
+                "patch": records.read_text(patch, display_path(patch)).strip()
+                if _present(patch) else None}
     return Run(side=side, seed=seed, source="published", label=display_path(run_dir),
                status="ok", reason=None, failed_row=None, evals=evals,
                eval_returns=[o.get("returns") for o in rows], train=None, episodes=None,

@@ -49,6 +49,9 @@ REPORTS = ("round1/compare.md", "round2/pairE/compare.md", "round2/pairR/compare
 TABLE_FILE = "tables.csv"
 COLUMNS = ["source", "line", "section", "row", "column", "value"]
 CURVE_SECTION = "## Evaluation curve"
+#: Largest magnitude of a number in a cell (the bound of every number read,
+#: :data:`dreamer_parity.records.MAX_MAGNITUDE`).
+MAX_MAGNITUDE = 1e30
 WINDOW_SECTION = "### window ending at {rows} rows"
 
 
@@ -112,13 +115,31 @@ def write_table(source_dir, out) -> int:
 def read_table(path) -> pd.DataFrame:
     """The CSV as a DataFrame of strings, with ``csv_line`` (1-based line in the CSV).
 
+    The CSV is one of the study's published files: its directory's ``MANIFEST.json``
+    must list it with its SHA-256 (:func:`dreamer_parity.manifest.verify`), and it is read
+    through the guarded reader (:func:`dreamer_parity.records.read_text`: a regular file
+    inside the repository, at most ``records.MAX_BYTES["csv"]``, UTF-8).
+
     Raises:
-      AnalysisError: missing file or other columns than :data:`COLUMNS`.
+      AnalysisError: missing file, a CSV that does not parse (naming its line), or other
+        columns than :data:`COLUMNS`;
+      records.RecordError: the manifest is missing or does not verify, or the guarded
+        reader refuses the file (one line naming it).
     """
+    from dreamer_parity import manifest, records
+
     path = Path(path)
-    if not path.is_file():
-        raise AnalysisError(f"{display_path(path)}: missing")
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    name = display_path(path)
+    if not path.exists() and not path.is_symlink():
+        raise AnalysisError(f"{name}: missing")
+    manifest.verify(path.parent, True, display_path(path.parent), must_list=(path.name,))
+    text = records.read_text(path, name)
+    try:
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as e:
+        line = re.search(r"line (\d+)", str(e))
+        raise AnalysisError(f"{name}:{line.group(1) if line else 1}: not a CSV table "
+                            f"({str(e).splitlines()[0][:120]})") from None
     if list(df.columns) != COLUMNS:
         raise AnalysisError(f"{display_path(path)}:1: columns {list(df.columns)}, "
                             f"expected {COLUMNS}")
@@ -131,7 +152,8 @@ def curve_table(table_csv, source: str) -> pd.DataFrame:
 
     Columns are the report's headers (``ref s0`` ... ``ajax mean``), values float64 as
     printed (one decimal).  Raises AnalysisError when the report has no such table or a
-    cell is not a number (naming the CSV line).
+    cell is not a number or not an evaluation mean the environment can produce
+    (:mod:`dreamer_parity.environment`), naming the CSV line.
     """
     df = read_table(table_csv)
     sel = df[(df["source"] == source) & df["section"].str.startswith(CURVE_SECTION)]
@@ -143,6 +165,13 @@ def curve_table(table_csv, source: str) -> pd.DataFrame:
         bad = sel[~sel["value"].str.fullmatch(r"-?[0-9.]+") | ~sel["row"].str.isdigit()]
         raise AnalysisError(f"{display_path(table_csv)}:{bad['csv_line'].iloc[0]}: "
                             f"not a number in the evaluation curve of {source}") from None
+    from dreamer_parity import environment
+
+    for v, line in zip(vals["v"], vals["csv_line"]):   # evaluation means: returns' range
+        problem = environment.mean_problem("return", float(v))
+        if problem:
+            raise AnalysisError(f"{display_path(table_csv)}:{line}: evaluation curve of "
+                                f"{source} {problem}")
     wide = vals.pivot(index="r", columns="column", values="v")
     wide = wide[list(dict.fromkeys(sel["column"]))]
     wide.index.name, wide.columns.name = "rows", None
@@ -194,11 +223,13 @@ def _range_cell(name: str, cell) -> dict:
         vals = {k: float(m.group(k)) for k in ("mean", "lo", "hi")} if m else None
     except ValueError:
         vals = None
-    if vals is None or not all(np.isfinite(v) for v in vals.values()) or \
+    if vals is None or not all(np.isfinite(v) and abs(v) <= MAX_MAGNITUDE
+                               for v in vals.values()) or \
             not vals["lo"] <= vals["mean"] <= vals["hi"]:
         raise AnalysisError(f"{name}:{csv_line}: {cell['row']} {cell['column']!r}: expected "
-                            f"'mean [min, max]' with finite numbers, min <= mean <= max, "
-                            f"got {text!r}")
+                            f"'mean [min, max]' with finite numbers (at most "
+                            f"{MAX_MAGNITUDE:g} in magnitude), min <= mean <= max, "
+                            f"got {text[:80]!r}")
     decimals = max(len(m.group(k).partition(".")[2]) for k in ("mean", "lo", "hi"))
     return {**vals, "half_unit": 0.5 * 10.0 ** -decimals, "line": int(cell["line"]),
             "csv_line": csv_line}

@@ -27,11 +27,11 @@ as the match.  The training-metric windows are :mod:`.published_windows`'.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from dreamer_parity import environment, records
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.load import AnalysisError, display_path, load_side
 from dreamer_parity.provenance import REPO_ROOT
@@ -81,12 +81,18 @@ def _published_s2(name: str, published_dir: Path) -> list[float] | None:
     if rel is None:
         return None
     path = published_dir / rel
+    obj = records.read_json(path, display_path(path))   # the guarded reader: RecordError
     try:
-        per = json.loads(path.read_text())["per_seed"]["ref"]
-        return [float(per[str(s)]["S2"]) for s in PUBLISHED_REFERENCE[name]["seeds"]]
-    except (OSError, KeyError, TypeError, ValueError) as e:   # JSONDecodeError is a ValueError
+        per = obj["per_seed"]["ref"]
+        out = [per[str(s)]["S2"] for s in PUBLISHED_REFERENCE[name]["seeds"]]
+    except (KeyError, TypeError) as e:
         raise AnalysisError(f"{display_path(path)}: per_seed.ref.<seed>.S2 not readable "
-                            f"({type(e).__name__}: {e})") from None
+                            f"({type(e).__name__}: {str(e)[:80]})") from None
+    for s, v in zip(PUBLISHED_REFERENCE[name]["seeds"], out):
+        problem = environment.mean_problem("return", v)   # S2: a mean of episode returns
+        if problem:
+            raise AnalysisError(f"{display_path(path)}: field 'per_seed.ref.{s}.S2' {problem}")
+    return [float(v) for v in out]
 
 
 def _timing_value(t: dict | None, *keys):
