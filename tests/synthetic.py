@@ -162,5 +162,6 @@ def write_params(path, raw: dict) -> Path:
     import yaml
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(validate(raw), sort_keys=False))
     return path

@@ -10,7 +10,7 @@ import pytest
 from dreamer_parity import records
 from dreamer_parity.analysis import compare, load, metrics_out, stats
 import synthetic  # tests/synthetic.py
-from dreamer_parity.params import validate
+from dreamer_parity.params import load, validate
 
 RAW = {"round": "t3", "seeds": [0, 1, 2], "rows": 2400, "eval_every": 400, "eval_episodes": 2,
        "profile": "smoke",
@@ -210,3 +210,37 @@ def test_training_windows_overlap_relative_embed_and_null_windows(tmp_path):
     s = metrics_out.summary(res)
     assert s["entropy.overlap_windows"] == 0 and s["entropy.w400.overlap"] is False
     assert metrics_out.missing_reasons(s) == []
+
+
+def test_the_same_seeds_in_another_order_give_byte_identical_outputs(tmp_path):
+    """Order does not matter (#57): params.yaml with seeds [4, 3, 2, 1, 0] and with
+    [0, 1, 2, 3, 4] give byte-identical summary.json, windows.json, plot data and report;
+    every resampling (the bootstrap of the difference, rliable's IQM and PoI) sees the
+    seeds in one canonical order (params.validate sorts them)."""
+    raw = {**RAW, "seeds": [0, 1, 2, 3, 4]}
+
+    def spread(side_shift):
+        return lambda rows, seed: [float(min(500, 20 + rows // 10 + 37 * seed + side_shift + k))
+                                   for k in range(2)]
+
+    root = tmp_path / "runs"
+    synthetic.write_round(root, validate(raw), eval_fns={"reference": spread(0),
+                                                         "candidate": spread(11)})
+    outputs = {}
+    for order in ([4, 3, 2, 1, 0], [0, 1, 2, 3, 4]):
+        out = tmp_path / "-".join(map(str, order))
+        params = load(synthetic.write_params(out / "params.yaml", {**raw, "seeds": order}))
+        assert params["seeds"] == [0, 1, 2, 3, 4]
+        res = compare.analyse(params, root / "reference", root / "candidate")
+        compare.write_outputs(res, out / "metrics", out / "metrics" / "plots",
+                              out / "report.md", figures=False)
+        outputs[tuple(order)] = {str(p.relative_to(out)): p.read_bytes()
+                                 for p in sorted(out.rglob("*")) if p.is_file()
+                                 and p.name != "params.yaml"}
+    first, *rest = outputs.values()
+    assert "metrics/summary.json" in first and "report.md" in first
+    assert len(first) > 5
+    s = json.loads(first["metrics/summary.json"])
+    assert s["LATE.addition.boot_lo"] is not None and s["addition.rliable.poi_lo"] is not None
+    for other in rest:
+        assert other == first

@@ -164,32 +164,48 @@ def _raw_jsonl(path: Path) -> list:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _env_value(v) -> bool:
+    """What CartPole-v1 produces as a return or a length (written out here, independent
+    of dreamer_parity.environment): a whole number in [1, 500]."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and float(v).is_integer() and 1 <= v <= 500)
+
+
+def _bounded(x) -> bool:
+    return all(not isinstance(v, (int, float)) or isinstance(v, bool) or abs(v) <= 1e30
+               for _, v in _paths(x))
+
+
 def check_records_invariants(path: Path, params: dict, eval_fail: bool):
     grid = params_mod.eval_points(params)
     recs = _raw_jsonl(path)
     rows = [r["rows"] for r in recs]
     assert rows == grid, rows                     # the round's grid, strictly increasing
     for r in recs:
-        assert _finite(r)
+        assert _finite(r) and _bounded(r)
         assert _mean_ok(r["eval_mean"], r["eval_returns"])
         assert _mean_ok(r["eval_len_mean"], r["eval_lengths"])
+        assert all(map(_env_value, r["eval_returns"] + r["eval_lengths"]))
         assert eval_fail or len(r["eval_returns"]) == params["eval_episodes"]
 
 
 def check_episodes_invariants(path: Path):
     for e in _raw_jsonl(path):
-        assert _finite(e)
+        assert _finite(e) and _bounded(e)
         for k in ("seed", "worker", "row_last", "length"):
             assert isinstance(e[k], int) and 0 <= e[k] <= 2 ** 53
+        assert _env_value(e["length"]) and _env_value(e["score"])
 
 
 def check_published_invariants(path: Path, params: dict, eval_fail: bool):
     rows = _raw_jsonl(path)
     assert [r["rows"] for r in rows] == params_mod.eval_points(params)
     for r in rows:
-        assert _finite(r)
+        assert _finite(r) and _bounded(r)
+        assert 1 <= r["mean"] <= 500
         if r.get("returns") is not None:
             assert _mean_ok(r["mean"], r["returns"])
+            assert all(map(_env_value, r["returns"] + (r.get("lengths") or [])))
             assert eval_fail or len(r["returns"]) == params["eval_episodes"]
 
 
@@ -229,6 +245,7 @@ def pub_dir():
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "ref_s0").mkdir()
         shutil.copy(REF_EVALS, Path(d) / "ref_s0" / "evals.jsonl")
+        synthetic.reseal(Path(d))        # the study's files come with their manifest
         yield Path(d)
 
 
@@ -286,6 +303,11 @@ def test_mutated_published_evals(pub_dir, data):
     TRIED["evals.jsonl"] += 1
     try:
         path.write_bytes(mutated)
+        if mutated != original:          # the manifest refuses any change, in range or not
+            with pytest.raises(records.RecordError, match=r"ref_s0/evals\.jsonl: its SHA-256 "
+                                                          r"is not the one .*MANIFEST\.json"):
+                published.load_run(pub_dir, "reference", 0)
+        synthetic.reseal(pub_dir)        # resealed: the readers behind it decide
         try:
             run = published.load_run(pub_dir, "reference", 0)
             load.check_eval_rows([run], params_mod.eval_points(PUB_PARAMS))
@@ -298,6 +320,7 @@ def test_mutated_published_evals(pub_dir, data):
         check_published_invariants(path, PUB_PARAMS, eval_fail)
     finally:
         path.write_bytes(original)
+        synthetic.reseal(pub_dir)
 
 
 @settings(settings.get_profile(PROFILE))
@@ -532,3 +555,436 @@ def test_run_files_agree_or_are_refused(round_dir, data):
     finally:
         for name, b in saved.items():
             (d / name).write_bytes(b)
+
+
+# ------------------------------------------------- the environment's ranges (issue #57, 1)
+
+_NUMBERS = st.one_of(st.integers(-10 ** 6, 10 ** 6), st.integers(-2 ** 80, 2 ** 80),
+                     st.floats(allow_nan=False, allow_infinity=False),
+                     st.sampled_from([0, 1, 500, 501, 600, 1e308, -1e308, 499.5, 1.0, 500.0]))
+
+
+@settings(settings.get_profile(PROFILE))
+@given(data=st.data())
+def test_returns_and_lengths_outside_the_environment_are_refused(data, tmp_path_factory):
+    """A consistent record (the mean recomputed) whose return or length the environment
+    cannot produce is refused naming the file, the line and the field; one it can produce
+    is read.  The same for a published evaluation and a training episode."""
+    root = tmp_path_factory.mktemp("env")
+    where = data.draw(st.sampled_from(["eval_returns", "eval_lengths", "published returns",
+                                       "published lengths", "published mean only",
+                                       "episode length", "episode score"]))
+    v = data.draw(_NUMBERS)
+    TRIED[f"range {where}"] += 1
+    ok = _env_value(v) if where != "published mean only" else (
+        math.isfinite(v) and 1 <= v <= 500)
+    if "length" in where:        # a length is also an integer by type
+        ok = ok and isinstance(v, int)
+    if where.startswith("episode"):
+        d = synthetic.write_run(root, "candidate", 0, PARAMS)
+        path = d / "episodes.jsonl"
+        eps = _raw_jsonl(path)
+        field = where.split()[1]
+        eps[1][field] = v
+        if field == "length":
+            eps[1]["score"] = float(v) if isinstance(v, (int, float)) else v
+        records.write_jsonl(path, eps)
+        read = lambda: records.read_episodes(d)                      # noqa: E731
+        line, name = 2, field
+    elif where.startswith("published"):
+        src = _raw_jsonl(REF_EVALS)[:3]
+        obj = src[1]
+        if where == "published mean only":
+            obj["returns"], obj["lengths"], obj["len_mean"] = None, None, None
+            obj["mean"], name = v, "mean"
+        else:
+            key = where.split()[1]
+            obj[key][0] = v
+            mean_key = "mean" if key == "returns" else "len_mean"
+            if all(isinstance(x, (int, float)) for x in obj[key]):
+                obj[mean_key] = math.fsum(obj[key]) / len(obj[key]) if abs(v) < 1e300 else v
+            name = key
+        path = root / "evals.jsonl"
+        path.write_text("".join(json.dumps(o) + "\n" for o in src))
+        read = lambda: published.read_evals(path)                    # noqa: E731
+        line = 2
+    else:
+        d = synthetic.write_run(root, "candidate", 0, PARAMS)
+        path = d / "records.jsonl"
+        recs = _raw_jsonl(path)
+        recs[1][where][0] = v
+        mean_key = "eval_mean" if where == "eval_returns" else "eval_len_mean"
+        if abs(v) < 1e300:
+            recs[1][mean_key] = math.fsum(recs[1][where]) / len(recs[1][where])
+        records.write_jsonl(path, recs)
+        read = lambda: records.read_records(d)                       # noqa: E731
+        line, name = 2, where
+    t0 = time.monotonic()
+    try:
+        read()
+    except records.RecordError as e:
+        REFUSED[f"range {where}"] += 1
+        msg = str(e)
+        assert not ok, msg
+        assert "\n" not in msg, msg
+        # the file, the line and the field named (a number past the bound of every number
+        # read: the first in the line, the list item 'eval_returns[0]' or its mean)
+        also = {"eval_returns": "eval_mean", "eval_lengths": "eval_len_mean",
+                "returns": "mean", "lengths": "len_mean", "length": "score"}.get(name, name)
+        assert re.search(rf"{re.escape(path.name)}:{line}: field '({name}|{also})", msg), msg
+        assert time.monotonic() - t0 < 5
+        return
+    assert ok, (where, v)
+
+
+# ---------------------------------------- a file's type and size (issue #57, 2): every kind
+
+def _kept_round(root: Path) -> dict:
+    """A repository stand-in: a kept candidate run, the published round 3's reference
+    seed 0 with its round's auxiliary files, tables.csv, params.yaml, the index and a
+    pre-registration; ``{kind: (path, read)}`` for every file kind a round reads."""
+    from dreamer_parity import keep, manifest, preflight, rounds
+    from dreamer_parity.analysis import published_tables
+
+    made = synthetic.write_run(root / "made", "candidate", 0, PARAMS)
+    kept, _ = keep.keep(made, root / "data" / "runs" / "k")
+    pub = root / "data" / "published"
+    r3 = REPO / "data" / "published" / "round3"
+    for rel in ("ref_s0/evals.jsonl", "ref_s0/run_args.json", "ref_s0/timing.json",
+                "ref_s0/PATCH.txt", "launch_info.txt", "ajax/config.json", "ajax/timing.json",
+                "ajax/s0/evals.jsonl"):
+        (pub / "round3" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(r3 / rel, pub / "round3" / rel)
+    shutil.copy(REPO / "data" / "published" / "tables.csv", pub / "tables.csv")
+    manifest.write(pub / "round3")
+    manifest.write(pub)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    (root / "docs" / "rounds").mkdir(parents=True)
+    shutil.copy(REPO / "docs" / "rounds" / "index.yaml", root / "docs" / "rounds" / "index.yaml")
+    (root / "docs" / "rounds" / "t.md").write_text("# t\n")
+    kept_read = lambda: sides.locate(kept.parent, "candidate", 0, "k",   # noqa: E731
+                                     require_manifest=True) and records.read_run(kept)
+    pub_read = lambda: published.load_run(pub / "round3", "reference", 0)  # noqa: E731
+    return {
+        "records.jsonl.gz": (kept / "records.jsonl.gz", kept_read),
+        "episodes.jsonl.gz": (kept / "episodes.jsonl.gz", kept_read),
+        "run.json": (kept / "run.json", kept_read),
+        "DONE.json": (kept / "DONE.json", kept_read),
+        "timing.json": (kept / "timing.json", kept_read),
+        "MANIFEST.json": (kept / "MANIFEST.json", kept_read),
+        "published evals.jsonl": (pub / "round3" / "ref_s0" / "evals.jsonl", pub_read),
+        "run_args.json": (pub / "round3" / "ref_s0" / "run_args.json", pub_read),
+        "published timing.json": (pub / "round3" / "ref_s0" / "timing.json", pub_read),
+        "PATCH.txt": (pub / "round3" / "ref_s0" / "PATCH.txt", pub_read),
+        "launch_info.txt": (pub / "round3" / "launch_info.txt", pub_read),
+        "config.json": (pub / "round3" / "ajax" / "config.json",
+                        lambda: published.load_run(pub / "round3", "candidate", 0)),
+        "published MANIFEST.json": (pub / "round3" / "MANIFEST.json", pub_read),
+        "tables.csv": (pub / "tables.csv",
+                       lambda: published_tables.read_table(pub / "tables.csv")),
+        "params.yaml": (root / "params.yaml", lambda: preflight.load("params.yaml", root)),
+        "index.yaml": (root / "docs" / "rounds" / "index.yaml",
+                       lambda: rounds.load_index(root)),
+        "pre-registration": (root / "docs" / "rounds" / "t.md",
+                             lambda: preflight.check_prereg({"round": "t"}, root)),
+    }
+
+
+_REFUSALS = (records.RecordError, AnalysisError, sides.SideError, params_mod.ParamsError)
+
+
+def _refusal_types():
+    from dreamer_parity import preflight, rounds
+    return _REFUSALS + (rounds.RoundsError, preflight.PreflightError)
+
+
+@pytest.fixture(scope="module")
+def kept_round():
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        kinds = _kept_round(root)
+        os.chdir(root)     # the stand-in is the repository the stages run in
+        try:
+            for path, read in kinds.values():
+                read()     # every kind reads as it is
+            yield root, kinds
+        finally:
+            os.chdir(cwd)
+
+
+_CORRUPTIONS = ["directory", "fifo", "dev_zero", "outside", "dangling", "sparse", "grown",
+                "empty", "gzip_bomb"]
+
+
+@pytest.mark.parametrize("kind", ["records.jsonl.gz", "episodes.jsonl.gz", "run.json",
+                                  "DONE.json", "timing.json", "MANIFEST.json",
+                                  "published evals.jsonl", "run_args.json",
+                                  "published timing.json", "PATCH.txt", "launch_info.txt",
+                                  "config.json", "published MANIFEST.json", "tables.csv",
+                                  "params.yaml", "index.yaml", "pre-registration"])
+@settings(settings.get_profile(PROFILE), max_examples=12)
+@given(data=st.data())
+def test_a_file_of_another_type_or_size_is_refused_before_it_is_read(kept_round, kind, data):
+    """Each file kind a round reads, replaced by a directory, a fifo, a link to /dev/zero,
+    a link out of the repository, a dangling link, a sparse file far over its cap, a file
+    just over its cap, an empty file, or (compressed kinds) a gzip bomb: refused with one
+    line naming the file, within seconds, never read whole; or (an empty file) harmless."""
+    root, kinds = kept_round
+    path, read = kinds[kind]
+    how = data.draw(st.sampled_from(_CORRUPTIONS))
+    if how == "gzip_bomb" and not path.name.endswith(".gz"):
+        how = "sparse"
+    TRIED[f"type {how}"] += 1
+    saved = path.read_bytes()
+    outside = Path(tempfile.mkdtemp())
+    try:
+        path.unlink()
+        if how == "directory":
+            path.mkdir()
+        elif how == "fifo":
+            os.mkfifo(path)
+        elif how == "dev_zero":
+            path.symlink_to("/dev/zero")
+        elif how == "outside":
+            (outside / path.name).write_bytes(saved)
+            path.symlink_to(outside / path.name)
+        elif how == "dangling":
+            path.symlink_to(root / "no-such-file")
+        elif how == "sparse":
+            with open(path, "wb") as f:
+                f.truncate(data.draw(st.sampled_from([2 ** 31, 10 ** 10])))
+        elif how == "grown":
+            cap = params_mod.MAX_FILE_BYTES if kind == "params.yaml" else \
+                records.MAX_BYTES[records.file_kind(path)]
+            path.write_bytes(saved + b" " * (cap + 1 - len(saved)))
+        elif how == "empty":
+            path.write_bytes(b"")
+        else:
+            import gzip
+            path.write_bytes(gzip.compress(b"\n" * (records.MAX_DECOMPRESSED + 10)))
+        t0 = time.monotonic()
+        try:
+            read()
+        except _refusal_types() as e:
+            REFUSED[f"type {how}"] += 1
+            msg = str(e)
+            assert "\n" not in msg and len(msg) <= 500, msg
+            assert path.name in msg or str(path.parent.name) in msg, (how, msg)
+            assert time.monotonic() - t0 < 10, how
+            return
+        assert how == "empty" and kind in ("PATCH.txt", "launch_info.txt",
+                                           "pre-registration"), (kind, how)
+    finally:
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        path.write_bytes(saved)
+        shutil.rmtree(outside)
+
+
+# ------------------------- a kept run and the study's files cannot change unseen (#57, 6)
+
+KEPT_FILES = {"records.jsonl.gz": "jsonl", "episodes.jsonl.gz": "jsonl", "run.json": "json",
+              "DONE.json": "json", "timing.json": "json"}
+
+
+@pytest.fixture(scope="module")
+def kept_dir():
+    from dreamer_parity import keep
+    with tempfile.TemporaryDirectory() as d:
+        made = synthetic.write_run(Path(d) / "made", "candidate", 0, PARAMS)
+        kept, _ = keep.keep(made, Path(d) / "data" / "runs" / "k")
+        yield kept
+
+
+@pytest.mark.parametrize("name", list(KEPT_FILES))
+@settings(settings.get_profile(PROFILE), max_examples=40)
+@given(data=st.data())
+def test_a_kept_file_changed_is_refused_by_its_manifest(kept_dir, name, data):
+    """Any change to a kept file (a value in range, a line, a byte) is refused by the
+    manifest, naming the file; resealed, the change meets the readers behind it, which
+    refuse it or read a run that satisfies the invariants."""
+    import gzip
+    from dreamer_parity import manifest
+
+    path = kept_dir / name
+    original = path.read_bytes()
+    plain = gzip.decompress(original) if name.endswith(".gz") else original
+    mutated, op = mutate(data, plain, KEPT_FILES[name])
+    stored = records.gzip_bytes(mutated) if name.endswith(".gz") else mutated
+    key = f"kept {name}"
+    TRIED[key] += 1
+    try:
+        path.write_bytes(stored)
+        if stored != original:
+            with pytest.raises(records.RecordError) as e:
+                sides.locate(kept_dir.parent, "candidate", 0, "k", require_manifest=True)
+            assert str(e.value).startswith(f"{kept_dir}/{name}: its SHA-256 is not the one")
+            REFUSED[key] += 1
+        synthetic.reseal(kept_dir)
+        try:
+            sides.locate(kept_dir.parent, "candidate", 0, "k", require_manifest=True)
+            run = records.read_run(kept_dir)
+        except (records.RecordError, sides.SideError):
+            return
+        assert manifest.verify(kept_dir)
+        for r in run["records"]:
+            assert all(map(_env_value, r["eval_returns"] + r["eval_lengths"]))
+            assert _mean_ok(r["eval_mean"], r["eval_returns"])
+        for e in run["episodes"]:
+            assert _env_value(e["length"]) and _env_value(e["score"])
+    finally:
+        path.write_bytes(original)
+        synthetic.reseal(kept_dir)
+
+
+@settings(settings.get_profile(PROFILE), max_examples=60)
+@given(data=st.data())
+def test_a_mutated_manifest_is_refused_or_still_names_every_file(kept_dir, data):
+    """A changed MANIFEST.json is refused in one line, or (a change that keeps it
+    meaning the same) lists every file of the directory with its SHA-256."""
+    import hashlib
+    from dreamer_parity import manifest
+
+    path = kept_dir / manifest.NAME
+    original = path.read_bytes()
+    mutated, op = mutate(data, original, "json")
+    TRIED["MANIFEST.json"] += 1
+    try:
+        path.write_bytes(mutated)
+        try:
+            manifest.verify(kept_dir)
+        except records.RecordError as e:
+            REFUSED["MANIFEST.json"] += 1
+            assert "\n" not in str(e) and str(kept_dir) in str(e)
+            return
+        files = json.loads(mutated)["files"]
+        assert sorted(files) == sorted(p.name for p in kept_dir.iterdir()
+                                       if p.name != manifest.NAME)
+        for n, digest in files.items():
+            assert hashlib.sha256((kept_dir / n).read_bytes()).hexdigest() == digest
+    finally:
+        path.write_bytes(original)
+
+
+# ------------------------------------------ the study's auxiliary files (issue #57, 2)
+
+PUB_AUX = {"ref_s0/run_args.json": "json", "ref_s0/timing.json": "json",
+           "ref_s0/PATCH.txt": "text", "launch_info.txt": "text",
+           "ajax/config.json": "json", "ajax/timing.json": "json"}
+
+
+@pytest.fixture(scope="module")
+def pub_round():
+    if not REF_EVALS.is_file():
+        pytest.skip("data/published/round3 not present")
+    with tempfile.TemporaryDirectory() as d:
+        dest = Path(d) / "round3"
+        shutil.copytree(REPO / "data" / "published" / "round3", dest)
+        yield dest
+
+
+def _mutate_text(data, raw: bytes) -> bytes:
+    op = data.draw(st.sampled_from(["truncate", "flip", "insert", "bom", "crlf", "nul"]))
+    if op == "truncate":
+        return raw[:data.draw(st.integers(0, max(0, len(raw) - 1)))]
+    i = data.draw(st.integers(0, max(0, len(raw) - 1)))
+    if op == "flip":
+        return raw[:i] + bytes([raw[i] ^ data.draw(st.integers(1, 255))]) + raw[i + 1:]
+    if op == "insert":
+        return raw[:i] + data.draw(st.binary(min_size=1, max_size=8)) + raw[i:]
+    if op == "bom":
+        return b"\xef\xbb\xbf" + raw
+    if op == "crlf":
+        return raw.replace(b"\n", b"\r\n")
+    return raw[:i] + b"\x00" + raw[i:]
+
+
+@pytest.mark.parametrize("rel", list(PUB_AUX))
+@settings(settings.get_profile(PROFILE), max_examples=30)
+@given(data=st.data())
+def test_a_published_auxiliary_file_corrupted_is_refused_or_harmless(pub_round, rel, data):
+    """run_args.json, timing.json, PATCH.txt, launch_info.txt, config.json: a changed
+    field, line or byte is refused by the round's manifest; resealed, it is refused in
+    one line naming the file, or it is harmless: the run reads with the same evaluations
+    and its checks run."""
+    path = pub_round / rel
+    original = path.read_bytes()
+    if PUB_AUX[rel] == "json" and data.draw(st.booleans()):
+        mutated, op = mutate(data, original, "json")
+    else:
+        mutated = _mutate_text(data, original)
+    made_by = "candidate" if rel.startswith("ajax") else "reference"
+    key = f"published {rel}"
+    TRIED[key] += 1
+    before = published.load_run(pub_round, made_by, 0).evals
+    try:
+        path.write_bytes(mutated)
+        if mutated != original:
+            with pytest.raises(records.RecordError, match=r"its SHA-256 is not the one"):
+                published.load_run(pub_round, made_by, 0)
+        synthetic.reseal(pub_round)
+        try:
+            run = published.load_run(pub_round, made_by, 0)
+        except (records.RecordError, AnalysisError) as e:
+            REFUSED[key] += 1
+            assert "\n" not in str(e) and path.name in str(e), str(e)
+            return
+        assert run.evals.equals(before)
+        checks.run_checks(PUB_PARAMS, [run] if made_by == "reference" else [],
+                          [run] if made_by == "candidate" else [])
+    finally:
+        path.write_bytes(original)
+        synthetic.reseal(pub_round)
+
+
+# ------------------------------------------------ the index of kept rounds (issue #57, 4)
+
+@settings(settings.get_profile(PROFILE), max_examples=80)
+@given(data=st.data())
+def test_index_mutations_are_refused_or_keep_one_entry_per_name(tmp_path_factory, data):
+    """docs/rounds/index.yaml with an entry repeated, a line dropped or a byte changed:
+    refused in one line naming the file (a repeated name with both entries' lines), or
+    read with each name once (checked on the raw YAML nodes)."""
+    from dreamer_parity import rounds
+
+    root = tmp_path_factory.mktemp("idx")
+    (root / "docs" / "rounds").mkdir(parents=True)
+    text = (REPO / rounds.INDEX).read_text()
+    lines = text.splitlines(keepends=True)
+    op = data.draw(st.sampled_from(["repeat", "drop", "flip", "swap"]))
+    entries = [i for i, line in enumerate(lines) if line[:1].isalnum()]
+    if op == "repeat":
+        i = data.draw(st.sampled_from(entries))
+        block = lines[i:i + 3]
+        lines += block if data.draw(st.booleans()) else []
+        lines.insert(data.draw(st.sampled_from(entries + [len(lines)])), "".join(block))
+        mutated = "".join(lines).encode()
+    elif op == "drop":
+        del lines[data.draw(st.integers(0, len(lines) - 1))]
+        mutated = "".join(lines).encode()
+    elif op == "swap":
+        i, j = data.draw(st.integers(0, len(lines) - 1)), data.draw(st.integers(0, len(lines) - 1))
+        lines[i], lines[j] = lines[j], lines[i]
+        mutated = "".join(lines).encode()
+    else:
+        raw = text.encode()
+        i = data.draw(st.integers(0, len(raw) - 1))
+        mutated = raw[:i] + bytes([raw[i] ^ data.draw(st.integers(1, 255))]) + raw[i + 1:]
+    (root / rounds.INDEX).write_bytes(mutated)
+    TRIED[f"index {op}"] += 1
+    try:
+        idx = rounds.load_index(root)
+    except rounds.RoundsError as e:
+        REFUSED[f"index {op}"] += 1
+        msg = str(e)
+        assert "\n" not in msg and msg.startswith(rounds.INDEX), msg
+        m = re.search(r"round '([^']+)' given twice \(first at line (\d+)\)", msg)
+        if m:
+            assert re.match(rf"{re.escape(rounds.INDEX)}:(\d+): ", msg)
+        return
+    node = yaml.compose(mutated.decode())
+    names = [k.value for k, _ in node.value]
+    assert len(names) == len(set(names)) == len(idx), names

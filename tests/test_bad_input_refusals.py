@@ -87,9 +87,10 @@ def _run(root: Path, *args: str) -> tuple[int, str, str, float]:
     return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
 
 
-def _hashes(root: Path) -> dict:
+def _hashes(root: Path, skip=()) -> dict:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()
+            and str(p.relative_to(root)) not in skip}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def repo(base, tmp_path):
 
 def _refused(root: Path, changed: set[str], *names: str, cmd: str = "compare") -> str:
     """Run ``cmd``; require exit 2, one line naming ``names``, nothing else changed."""
-    before = {k: v for k, v in _hashes(root).items() if k not in changed}
+    before = _hashes(root, changed)
     rc, out, err, seconds = _run(root, cmd, *(["--out", "results/preflight.ok"]
                                               if cmd == "preflight" else []))
     assert rc == 2, (rc, out, err)
@@ -127,9 +128,10 @@ def _refused(root: Path, changed: set[str], *names: str, cmd: str = "compare") -
     assert lines[0].startswith("error: ") and len(lines[0]) - len("error: ") <= MAX_LINE, err
     for n in names:
         assert n in lines[0], (n, lines[0])
-    after = {k: v for k, v in _hashes(root).items() if k not in changed}
+    after = _hashes(root, changed)
     assert after == before, sorted(k for k in set(after) | set(before)
                                    if after.get(k) != before.get(k))
+    assert seconds < 30, seconds
     print(f"refused in {seconds:.2f} s: {lines[0]}")
     return lines[0]
 
@@ -340,6 +342,192 @@ def test_legacy_done_is_a_flag_and_changes_no_number(repo):
     moved = {k for k in summary if legacy.get(k) != summary[k]}
     assert moved == {"checks.flagged", "checks.passed"}, moved
     assert err.count("names no run (status only, the older marker)") == 2
+
+
+# ------------------------------------- every file a round reads, held back (issue #57)
+
+@pytest.mark.parametrize("value", ["README", "index", "Readme"])
+def test_a_round_name_names_a_pre_registration(repo, value):
+    (repo / "docs" / "rounds" / "README.md").write_text("# Pre-registrations\n")
+    changed = _edit_params(repo, lambda t: t.replace("round: round3-candidate",
+                                                     f"round: {value}"))
+    for cmd in ("preflight", "compare"):
+        _refused(repo, changed, f"params: round: '{value}' names no pre-registration", cmd=cmd)
+
+
+@pytest.mark.parametrize("edit, shown", [
+    (lambda t: "", "params: <root>: params.yaml: empty; see README"),
+    (lambda t: "# nothing but a comment\n", "params: <root>: params.yaml: empty; see README"),
+    (lambda t: t.replace("candidate:\n  source: run\n", ""),
+     "params: candidate.source: missing from params.yaml"),
+    (lambda t: t.replace("  signature_rows: []\n", ""),
+     "params: stats.signature_rows: missing from params.yaml"),
+    (lambda t: t.replace("rows: 24000", "rows: 16000000000").replace("eval_every: 400",
+                                                                       "eval_every: 16"),
+     "params: rows: 16000000000 is over 24000, the protocol's largest round"),
+    (lambda t: t.replace("eval_episodes: 10", "eval_episodes: 1000000000"),
+     "params: eval_episodes: 1000000000 is over 100"),
+])
+def test_params_never_filled_with_defaults_nor_absurd(repo, edit, shown):
+    changed = _edit_params(repo, edit)
+    for cmd in ("preflight", "compare"):
+        _refused(repo, changed, shown, cmd=cmd)
+
+
+def _keep_candidate(repo: Path, check: bool = False) -> None:
+    """The candidate's runs kept as data/runs/c (manifests written by keep) and named by
+    candidate.source (with ``check``: compare accepts them as they are)."""
+    from dreamer_parity import keep
+
+    for s in range(5):
+        keep.keep(_cand(repo, s), repo / "data" / "runs" / "c")
+    _edit_params(repo, lambda t: t.replace("candidate:\n  source: run",
+                                           "candidate:\n  source: data/runs/c"))
+    if check:
+        rc, out, err, _ = _run(repo, "compare")
+        assert rc == 0, err
+
+
+def _gz_edit(path: Path, fn) -> None:
+    import gzip
+
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    lines = fn(lines)
+    path.write_bytes(records.gzip_bytes("".join(x + "\n" for x in lines).encode()))
+
+
+def _return_in_record(line: str, value) -> str:
+    o = json.loads(line)
+    o["eval_returns"][0] = value
+    o["eval_mean"] = sum(o["eval_returns"]) / len(o["eval_returns"])
+    return json.dumps(o)
+
+
+def test_a_kept_value_changed_in_range_is_refused_by_its_manifest(repo):
+    _keep_candidate(repo, check=True)
+    d = repo / "data" / "runs" / "c" / "s2"
+    # one evaluation return changed by one step, the mean recomputed: every check but the
+    # manifest would accept it
+    _gz_edit(d / "records.jsonl.gz", lambda ls: ls[:30] + [
+        _return_in_record(ls[30], json.loads(ls[30])["eval_returns"][0] - 1)] + ls[31:])
+    _refused(repo, {"data/runs/c/s2/records.jsonl.gz"}, "data/runs/c/s2/records.jsonl.gz: its "
+             "SHA-256 is not the one data/runs/c/s2/MANIFEST.json records")
+    _refused(repo, {"data/runs/c/s2/records.jsonl.gz"}, "data/runs/c/s2/records.jsonl.gz",
+             cmd="preflight")
+
+
+@pytest.mark.parametrize("value, shown", [
+    (600, "field 'eval_returns' holds 600, outside CartPole-v1's returns: whole numbers in "
+          "[1, 500]"),
+    (1e308, "field 'eval_"),    # eval_mean comes first in the line: the first number past
+    (12.5, "field 'eval_returns' holds 12.5, outside")])
+def test_a_kept_value_outside_the_environment_is_refused_naming_file_line_field(repo, value,
+                                                                                 shown):
+    import synthetic as syn
+
+    _keep_candidate(repo)
+    d = repo / "data" / "runs" / "c" / "s1"
+    _gz_edit(d / "records.jsonl.gz",
+             lambda ls: ls[:4] + [_return_in_record(ls[4], value)] + ls[5:])
+    syn.reseal(d)   # the manifest rewritten too: the ranges still refuse it
+    line = _refused(repo, {"data/runs/c/s1/records.jsonl.gz", "data/runs/c/s1/MANIFEST.json"},
+                    f"data/runs/c/s1/records.jsonl.gz:5: {shown}")
+    if value == 1e308:       # the bound of every number read, before any sum of them
+        assert line.endswith("holds 1e+307, outside +-1e+30 (the bound of every number read)")
+
+
+def _pub(repo: Path) -> Path:
+    return repo / "data" / "published" / "round3"
+
+
+def _published_edit(repo: Path, rel: str, data: bytes, reseal: bool = True) -> set[str]:
+    (_pub(repo) / rel).write_bytes(data)
+    if reseal:
+        synthetic.reseal(_pub(repo))
+    return {f"data/published/round3/{rel}", "data/published/round3/MANIFEST.json"}
+
+
+def test_a_published_value_changed_in_range_is_refused_by_the_manifest(repo):
+    path = _pub(repo) / "ref_s1" / "evals.jsonl"
+    lines = path.read_text().splitlines()
+    o = json.loads(lines[9])
+    o["returns"][0] -= 1
+    o["mean"] = sum(o["returns"]) / len(o["returns"])
+    lines[9] = json.dumps(o)
+    changed = _published_edit(repo, "ref_s1/evals.jsonl",
+                              "".join(x + "\n" for x in lines).encode(), reseal=False)
+    for cmd in ("preflight", "compare"):
+        _refused(repo, changed, "data/published/round3/ref_s1/evals.jsonl: its SHA-256 is not "
+                                "the one data/published/round3/MANIFEST.json records", cmd=cmd)
+
+
+@pytest.mark.parametrize("rel, edit, shown", [
+    # the study's candidate logged a mean only: a mean of 1e308 is outside the returns' range
+    ("ajax/s0/evals.jsonl", lambda ls: [ls[0].replace('"mean": ', '"mean": 1e308, "x": ')]
+     + ls[1:], "ajax/s0/evals.jsonl:1: field 'mean' holds 1e+308, outside +-1e+30"),
+    # consistent returns of 1e308 (their mean too): no sum overflows into a traceback
+    ("ref_s2/evals.jsonl", lambda ls: ls[:6] + [json.dumps({
+        **json.loads(ls[6]), "returns": [1e308] * 10, "mean": 1e308})] + ls[7:],
+     "ref_s2/evals.jsonl:7: field 'returns[0]' holds 1e+308, outside +-1e+30"),
+    ("ref_s0/run_args.json", lambda ls: ls[:3] + ["  \"rows\": 24000,,"] + ls[4:],
+     "ref_s0/run_args.json:4: invalid JSON"),
+    ("launch_info.txt", lambda ls: ls[:2] + ["load: \udcff"] + ls[3:],
+     "launch_info.txt:3: not UTF-8 text (byte"),
+    ("ajax/config.json", lambda ls: ["["] + ls[1:], "ajax/config.json:"),
+])
+def test_a_published_file_resealed_but_malformed_is_refused_in_one_line(repo, rel, edit, shown):
+    path = _pub(repo) / rel
+    lines = edit(path.read_text().splitlines())
+    data = "".join(x + "\n" for x in lines).encode("utf-8", "surrogateescape")
+    _refused(repo, _published_edit(repo, rel, data), shown)
+
+
+def _dev_zero(p: Path):
+    p.unlink()
+    p.symlink_to("/dev/zero")
+
+
+def _directory(p: Path):
+    p.unlink()
+    p.mkdir()
+
+
+def _fifo(p: Path):
+    p.unlink()
+    os.mkfifo(p)
+
+
+def _sparse(p: Path):
+    with open(p, "r+b") as f:
+        f.truncate(2 * 10 ** 9)
+
+
+def _outside(p: Path):
+    import tempfile
+
+    target = Path(tempfile.mkdtemp()) / p.name
+    target.write_bytes(p.read_bytes())
+    p.unlink()
+    p.symlink_to(target)
+
+
+@pytest.mark.parametrize("rel, damage, shown", [
+    ("results/candidate/s0/DONE.json", _directory, "DONE.json: not a regular file but a "
+                                                   "directory"),
+    ("results/candidate/s1/records.jsonl", _dev_zero, "records.jsonl: not a regular file but "
+                                                      "a character device"),
+    ("results/candidate/s2/episodes.jsonl", _fifo, "episodes.jsonl: not a regular file but a "
+                                                   "fifo"),
+    ("results/candidate/s3/records.jsonl", _sparse, "records.jsonl: larger than 4194304 bytes "
+                                                    "(2000000000 bytes"),
+    ("results/candidate/s4/run.json", _outside, "run.json: resolves outside the repository"),
+    ("docs/rounds/round3-candidate.md", _directory, "params: round: docs/rounds/"
+                                                    "round3-candidate.md: not a regular file"),
+])
+def test_a_file_of_another_type_or_size_is_refused_before_reading(repo, rel, damage, shown):
+    damage(repo / rel)
+    for cmd in ("compare", "preflight") if rel.startswith("docs") else ("compare",):
+        _refused(repo, {rel}, shown, cmd=cmd)
 
 
 # ------------------------------------------------------------------ reported, not refused

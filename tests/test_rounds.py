@@ -103,6 +103,31 @@ def test_cli_rev_and_bad_name_exit_codes(repo):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nope" in r.stderr
 
 
+def test_a_name_given_twice_is_refused_naming_both_entries(repo):
+    """PyYAML alone keeps the second entry silently: every reader of the index refuses
+    (rev, check, list, tag, pin), exit 2, one line with the line of each entry."""
+    root, a, b = repo
+    text = (root / rounds.INDEX).read_text()
+    (root / rounds.INDEX).write_text(text + f"ra:\n  commit: '{b}'\n  about: again\n")
+    with pytest.raises(rounds.RoundsError) as e:
+        rounds.load_index(root)
+    assert str(e.value) == (f"{rounds.INDEX}:8: round 'ra' given twice (first at line 2): a "
+                            f"kept round has one entry")
+    run = [sys.executable, "-m", "dreamer_parity.rounds"]
+    for args in (["rev", "ra"], ["rev", "rb"], ["check"], ["list"], ["tag"], ["pin", "ra"]):
+        r = subprocess.run([*run, *args], cwd=root, capture_output=True, text=True)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr == f"error: {e.value}\n" and r.stdout == "", args
+
+
+@pytest.mark.parametrize("name", ["README", "index"])
+def test_a_reserved_name_is_not_a_kept_round(repo, name):
+    root, a, _ = repo
+    (root / rounds.INDEX).write_text(f"{name}:\n  commit: '{a}'\n  about: x\n")
+    with pytest.raises(rounds.RoundsError, match=f"round name '{name}' is reserved"):
+        rounds.load_index(root)
+
+
 def _drop_from_store_and_commit(root: Path, md5: str) -> str:
     """A new commit of the current round whose store lacks the object ``md5``."""
     (root / "store" / "files" / "md5" / md5[:2] / md5[2:]).unlink()

@@ -82,7 +82,10 @@ def kept_files(src: Path) -> dict[str, bytes]:
             if path is not None:
                 out[n + records.GZ] = records.gzip_bytes(records.read_bytes(path))
         elif (src / n).exists() or (src / n).is_symlink():
-            out[n] = records.read_raw(src / n)
+            try:
+                out[n] = records.read_raw(src / n)
+            except FileNotFoundError:
+                raise records.RecordError(f"{src / n}: missing (a dangling link)") from None
     return out
 
 

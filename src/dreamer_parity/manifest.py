@@ -101,7 +101,11 @@ def write(directory, where: str | None = None) -> Path:
     names = listing(d)
     if not names:
         raise records.RecordError(f"{where}: holds no file to list")
-    files = {n: records.read_raw(d / n, f"{where}/{n}") for n in names}
+    try:
+        files = {n: records.read_raw(d / n, f"{where}/{n}") for n in names}
+    except FileNotFoundError as e:
+        raise records.RecordError(f"{where}: {Path(e.filename or '?').name}: missing (a "
+                                  f"dangling link)") from None
     records.write_text(path, dumps(build(files)).decode())
     return path
 

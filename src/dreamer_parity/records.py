@@ -101,7 +101,7 @@ __all__ = [
     "write_text", "file_sha256", "done_agrees", "DONE_RUN_KEYS", "recorded_value",
     "protocol_expected", "protocol_disagreements", "check_run_agrees",
     "JSONL_FILES", "GZ", "MAX_DECOMPRESSED", "jsonl_path", "gzip_bytes", "read_bytes",
-    "read_raw", "MAX_BYTES", "MAX_MAGNITUDE", "file_kind", "check_file",
+    "read_raw", "MAX_BYTES", "MAX_MAGNITUDE", "file_kind", "check_file", "bound_problem",
 ]
 
 SIDES = ("reference", "candidate")
@@ -180,32 +180,52 @@ def _parse_float(text):
     v = float(text)
     if not math.isfinite(v):
         raise _NonFinite(f"{text[:40]} is not a finite number", text)
-    if abs(v) > MAX_MAGNITUDE:
-        raise _NonFinite(f"{text[:40]} lies outside +-{MAX_MAGNITUDE:g} (the bound of every "
-                         f"number read)", text)
     return v
 
 
-def _parse_int(text):
-    if len(text.lstrip("-")) > 31:     # more digits than 1e30 has: refused before int()
-        raise _NonFinite(f"{text[:40]}... lies outside +-{MAX_MAGNITUDE:g} (the bound of "
-                         f"every number read)", text)
-    v = int(text)
-    if abs(v) > MAX_MAGNITUDE:
-        raise _NonFinite(f"{text[:40]} lies outside +-{MAX_MAGNITUDE:g} (the bound of every "
-                         f"number read)", text)
-    return v
+def bound_problem(obj, path: str = "") -> str | None:
+    """The first number inside a parsed JSON value that lies outside
+    ``+-MAX_MAGNITUDE``, as ``field '<path>' holds <value>, outside +-1e+30 (...)``
+    (``path`` dotted for keys, ``[i]`` for list items); None when every number is
+    within.  Iterative, so that nesting depth costs no recursion."""
+    stack = [(path, obj)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            stack += [(f"{where}.{k}" if where else str(k), x) for k, x in
+                      reversed(list(v.items()))]
+        elif isinstance(v, list):
+            stack += [(f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v)))]
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > MAX_MAGNITUDE:
+            shown = repr(v) if isinstance(v, float) else f"an integer of {len(str(abs(v)))} digits"
+            return (f"field {where[:80]!r} holds {shown}, outside +-{MAX_MAGNITUDE:g} (the "
+                    f"bound of every number read)")
+    return None
 
 
 def loads_finite(text: str):
     """``json.loads`` refusing NaN, Infinity, overflowing floats and any number outside
-    ``+-MAX_MAGNITUDE`` (ValueError).
+    ``+-MAX_MAGNITUDE`` (ValueError; for the bound, naming the field, :func:`bound_problem`).
 
     Every file the project reads was written with ``allow_nan=False``; Python's json would
     otherwise read ``NaN`` / ``Infinity`` silently.
     """
-    return json.loads(text, parse_constant=_parse_constant, parse_float=_parse_float,
-                      parse_int=_parse_int)
+    first = []
+
+    def bounded(convert):
+        def parse(token):
+            v = convert(token)
+            if not first and abs(v) > MAX_MAGNITUDE:
+                first.append(token)
+            return v
+        return parse
+
+    obj = json.loads(text, parse_constant=_parse_constant,
+                     parse_float=bounded(_parse_float), parse_int=bounded(int))
+    if first:
+        raise _NonFinite(bound_problem(obj) or f"{first[0][:40]} lies outside "
+                                                f"+-{MAX_MAGNITUDE:g}", first[0])
+    return obj
 
 
 def _line_of(text: str, token: str) -> int:

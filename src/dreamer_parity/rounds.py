@@ -110,6 +110,8 @@ def load_index(root, path: str = INDEX) -> dict[str, dict]:
         raise RoundsError(f"{path}: not found")
     try:
         data = P.strict_yaml(records.read_text(p, path), path)
+    except FileNotFoundError:
+        raise RoundsError(f"{path}: not found") from None
     except records.RecordError as e:
         raise RoundsError(str(e)) from None
     except P.YamlRefusal as e:

@@ -132,7 +132,7 @@ def read_launch_info(path) -> dict:
     if not path.exists() and not path.is_symlink():
         return {}
     out = {}
-    for line in records.read_text(path, display_path(path)).splitlines():
+    for line in _optional_text(path).splitlines():
         m = re.match(r"^(reference|ajax):\s.*@\s*([0-9a-f]{7,40})(.*)$", line.strip())
         if not m:
             continue
@@ -149,6 +149,19 @@ def _present(path: Path) -> bool:
     """Whether a name is there at all (a dangling link or a directory included: the
     guarded reader then says what it is)."""
     return path.exists() or path.is_symlink()
+
+
+def _optional_text(path: Path) -> str:
+    """An auxiliary text file through the guarded reader (a dangling link is missing).
+
+    Raises:
+      records.RecordError: naming the file: missing, not a regular file, over the cap,
+        not UTF-8 (with its line and byte).
+    """
+    try:
+        return records.read_text(path, display_path(path))
+    except FileNotFoundError:
+        raise records.RecordError(f"{display_path(path)}: missing") from None
 
 
 def _optional_json(path: Path) -> dict | None:
@@ -245,8 +258,7 @@ def load_run_dir(run_dir, side: str, seed: int, made_by: str) -> Run:
     if made_by in launch:
         prov["reference" if made_by == "reference" else "repo"] = launch[made_by]
     run_info = {"args": args, "config": {}, "provenance": prov,
-                "patch": records.read_text(patch, display_path(patch)).strip()
-                if _present(patch) else None}
+                "patch": _optional_text(patch).strip() if _present(patch) else None}
     return Run(side=side, seed=seed, source="published", label=display_path(run_dir),
                status="ok", reason=None, failed_row=None, evals=evals,
                eval_returns=[o.get("returns") for o in rows], train=None, episodes=None,
