@@ -21,7 +21,8 @@ from dreamer_parity import records, schedule
 from dreamer_parity.analysis.checks import REFERENCE_COMMIT
 from dreamer_parity.params import eval_points, validate
 
-__all__ = ["write_run", "write_round", "episodes_for", "METRICS", "reseal", "write_params"]
+__all__ = ["write_run", "write_round", "episodes_for", "METRICS", "reseal", "write_params",
+           "params_text", "ROUND1_PARAMS"]
 
 NUM_ENVS = 16
 #: Training metrics written in every record (reference names).
@@ -165,3 +166,22 @@ def write_params(path, raw: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(validate(raw), sort_keys=False))
     return path
+
+
+#: Round 1's complete params file (every key written out), the base of edited files.
+ROUND1_PARAMS = Path(__file__).resolve().parent / "fixtures" / "params_round1.yaml"
+
+
+def params_text(overrides: dict | None = None) -> str:
+    """Round 1's complete params file with ``{dotted key: raw value}`` set (a value may be
+    invalid on purpose: it is written as given, not validated), as YAML text."""
+    import yaml
+
+    d = yaml.safe_load(ROUND1_PARAMS.read_text())
+    for key, v in (overrides or {}).items():
+        node = d
+        *parents, last = key.split(".")
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[last] = v
+    return yaml.safe_dump(d, sort_keys=False)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import candidate_stub as stub
+import synthetic  # tests/synthetic.py
 from dreamer_parity import params as paramslib
 from dreamer_parity import records
 from dreamer_parity.candidate.runtime import recording
@@ -186,16 +187,17 @@ def _cli(tmp_path, text, extra=()):
                           timeout=60, env=env, cwd=tmp_path)
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("profile: huge\n", "profile"),
-    ("decode: fancy\n", "decode"),
-    ("seeds: [1, 1]\n", "seeds"),
-    ("seeds: [-2]\n", "seeds"),
-    ("seeds: [0.5]\n", "seeds"),
-    ("rows: 1000\neval_every: 400\n", "eval_every"),
+@pytest.mark.parametrize("over,needle", [
+    ({"profile": "huge"}, "profile"),
+    ({"decode": "fancy"}, "decode"),
+    ({"seeds": [1, 1]}, "seeds"),
+    ({"seeds": [-2]}, "seeds"),
+    ({"seeds": [0.5]}, "seeds"),
+    ({"rows": 1000, "eval_every": 400}, "eval_every"),
+    ({"round": "README"}, "round"),
 ])
-def test_cli_rejects_bad_params_before_compiling(tmp_path, text, needle):
-    r = _cli(tmp_path, text)
+def test_cli_rejects_bad_params_before_compiling(tmp_path, over, needle):
+    r = _cli(tmp_path, synthetic.params_text(over))
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("error: params: ") and needle in line
@@ -207,7 +209,8 @@ def test_cli_missing_file_and_work_dir_inside_out(tmp_path):
                         str(tmp_path / "nope.yaml"), "--out", "o"], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "not found" in r.stderr
-    r = _cli(tmp_path, "round: x\n", ["--work-dir", str(tmp_path / "o" / "w")])
+    r = _cli(tmp_path, synthetic.params_text({"round": "x"}),
+             ["--work-dir", str(tmp_path / "o" / "w")])
     assert r.returncode == 2 and "--work-dir" in r.stderr
 
 

@@ -19,6 +19,7 @@ import yaml
 from dreamer_parity import params as P
 from dreamer_parity import preflight as pf
 from dreamer_parity import records
+import synthetic  # tests/synthetic.py
 
 from pipeline_helpers import (REPO, dvc, git, lock_stage, make_clone, ran_stages,
                               set_params, tree_digest)
@@ -226,14 +227,8 @@ def test_stage_list_expands_one_reference_stage_per_seed():
 
 
 def _write_params(tmp_path, **flat):
-    d = {}
-    for k, v in flat.items():
-        node = d
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = v
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(d))
+    """Round 1's complete params file with ``flat`` (dotted keys) set."""
+    (tmp_path / "params.yaml").write_text(synthetic.params_text(flat))
     (tmp_path / "docs" / "rounds").mkdir(parents=True, exist_ok=True)
     (tmp_path / "docs" / "rounds" / "round1.md").write_text("# round 1\n")
 
@@ -268,6 +263,7 @@ def test_preflight_checks_the_published_seeds(tmp_path):
     for s in (0, 1):
         (pub / f"ref_s{s}").mkdir(parents=True)
         (pub / f"ref_s{s}" / "evals.jsonl").write_text("{}\n")
+    synthetic.reseal(pub)     # the study's files come with their manifest
     _write_params(tmp_path, **{"reference.source": "data/published/round1"})
     with pytest.raises(pf.PreflightError, match=r"^params: reference.source: "
                                                   r"data/published/round1 has no run of seed 2 "):

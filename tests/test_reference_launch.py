@@ -12,6 +12,7 @@ import pytest
 from dreamer_parity import records
 from dreamer_parity.reference import launch
 from dreamer_parity.reference import setup as rs
+import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
 #: a round that runs the reference (params.yaml's round reads the published runs)
@@ -43,7 +44,7 @@ def test_cli_bad_seed_is_one_line(tmp_path):
 
 def test_cli_bad_params_names_the_key(tmp_path):
     p = tmp_path / "params.yaml"
-    p.write_text("rows: 1000\neval_every: 400\n")
+    p.write_text(synthetic.params_text({"rows": 1000, "eval_every": 400}))
     r = _launch("--params", str(p), "--seed", "0", "--out", str(tmp_path / "o"))
     assert r.returncode == 2
     assert re.match(r"error: params: (rows|eval_every): .*1000", r.stderr)
@@ -53,7 +54,7 @@ def test_cli_bad_params_names_the_key(tmp_path):
 
 def test_cli_published_source_does_not_run_the_reference(tmp_path):
     p = tmp_path / "params.yaml"
-    p.write_text("reference:\n  source: published/round1\n")
+    p.write_text(synthetic.params_text({"reference.source": "published/round1"}))
     r = _launch("--params", str(p), "--seed", "0", "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "reference.source" in r.stderr
 

@@ -22,9 +22,8 @@ reading the run, so a kept run cannot change unseen. Nothing else is copied (fin
 parameters stay out of git). Every reader takes either form
 (:func:`dreamer_parity.records.jsonl_path`).
 
-A directory kept before manifests existed gets its manifest from the same code, after the
-same checks (the run read and checked against itself; the directory holding only the kept
-files)::
+A kept directory without a manifest gets one from the same code, after the same checks
+(the run read and checked against itself; the directory holding only the kept files)::
 
     python -m dreamer_parity.keep --add-manifest data/runs/<name>/s<seed> [...]
 
@@ -233,7 +232,7 @@ def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, 
 
 
 def add_manifest(directory, params: dict | None = None) -> tuple[Path, bool]:
-    """Give a directory kept before manifests existed its ``MANIFEST.json``.
+    """Give a kept directory without a manifest its ``MANIFEST.json``.
 
     The run is checked as :func:`keep` checks it (read, and agreeing with itself and with
     ``params`` when given), the directory must hold only kept files (:data:`KEPT_FILES`,
@@ -281,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change a parameter of --params first (as dvc exp run -S)")
     ap.add_argument("--add-manifest", nargs="+", default=None, metavar="KEPT_DIR",
-                    help="write MANIFEST.json into directories kept before manifests existed")
+                    help="write MANIFEST.json into kept directories that have none")
     a = ap.parse_args(argv)
     if (a.add_manifest is None) == (a.src is None or a.dest is None) or \
             (a.add_manifest is not None and a.src is not None):
