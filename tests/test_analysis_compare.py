@@ -10,7 +10,7 @@ import pytest
 from dreamer_parity import records
 from dreamer_parity.analysis import compare, load, metrics_out, stats
 import synthetic  # tests/synthetic.py
-from dreamer_parity.params import load, validate
+from dreamer_parity.params import load as load_params, validate
 
 RAW = {"round": "t3", "seeds": [0, 1, 2], "rows": 2400, "eval_every": 400, "eval_episodes": 2,
        "profile": "smoke",
@@ -229,7 +229,7 @@ def test_the_same_seeds_in_another_order_give_byte_identical_outputs(tmp_path):
     outputs = {}
     for order in ([4, 3, 2, 1, 0], [0, 1, 2, 3, 4]):
         out = tmp_path / "-".join(map(str, order))
-        params = load(synthetic.write_params(out / "params.yaml", {**raw, "seeds": order}))
+        params = load_params(synthetic.write_params(out / "params.yaml", {**raw, "seeds": order}))
         assert params["seeds"] == [0, 1, 2, 3, 4]
         res = compare.analyse(params, root / "reference", root / "candidate")
         compare.write_outputs(res, out / "metrics", out / "metrics" / "plots",
