@@ -75,7 +75,8 @@ def test_keep_takes_an_archive_whole(root, tmp_path, capsys):
     assert lines == [f"kept: {dest / 's10'}", f"kept: {dest / 's11'}"]
     for s in (10, 11):
         assert sorted(os.listdir(dest / f"s{s}")) == [
-            "DONE.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json", "timing.json"]
+            "DONE.json", "MANIFEST.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json",
+            "timing.json"]
         assert records.read_records(dest / f"s{s}") == records.read_records(root / "candidate" / f"s{s}")
     # again: already kept, nothing changes
     assert keep.main([str(out), str(dest)]) == 0

@@ -223,7 +223,7 @@ def test_cli_missing_file_and_work_dir_inside_out(tmp_path):
     (["--set", "round.x=1"], "params: --set: 'round.x': 'round' is not a section"),
 ])
 def test_cli_refuses_a_deadline_it_cannot_keep(tmp_path, extra, needle):
-    r = _cli(tmp_path, "round: x\n", extra)
+    r = _cli(tmp_path, synthetic.params_text({"round": "x"}), extra)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
 
