@@ -11,6 +11,16 @@ calling the readers) confirms what the documentation promises: all numbers finit
 equal to the mean of their lists, counts equal to eval_episodes (unless the round's check
 fails that run), rows strictly increasing on the round's grid.
 
+Beyond those (issue #57): a value the environment cannot produce (a return, a length, a
+mean) is refused exactly when it lies outside CartPole-v1's ranges, naming the file, the
+line and the field; every file kind a round reads (a kept run's files and manifest, the
+study's evaluations and auxiliary files, tables.csv, params.yaml, the index, a
+pre-registration) replaced by a directory, a fifo, a link to /dev/zero or out of the
+repository, a dangling link, a file over its cap (a sparse 2-10 GB one included), an
+empty file or a gzip bomb is refused before it is read, in one line naming it; any change
+to a kept file or a published file is refused by its manifest, and, resealed, by the
+readers behind it or shown harmless; a changed index is refused or keeps each name once.
+
 Derandomized and short in the normal suite; ``HYPOTHESIS_PROFILE=long`` runs 20x longer
 (randomized).  Run with ``-s`` to see how many mutations were tried and refused per kind.
 """
