@@ -34,14 +34,15 @@ in one command, with the call carrying ``[".tpu-ref"]``:
    ``reference.jax: 0.10.2``, ``platform: tpu``, ``precision: highest``; ``--set KEY=VALUE``
    changes one) and runs the seed through the pipeline's reference stage
    (``python -m dreamer_parity.pipeline --params P reference --seed S --out RUN``);
-4. on success (``DONE.json`` status ok) writes ``$OUT/NAME.tar.gz`` holding ``s<S>/`` with
-   ``records.jsonl``, ``episodes.jsonl``, ``run.json``, ``timing.json`` and ``DONE.json``
-   (no ``params.npz``), written under a temporary name and renamed when complete: a call
-   cut before that leaves no archive, and an unfinished run never has a ``DONE.json``.
-   ``$OUT/NAME.log`` holds this script's output in every case.
+4. on success (``DONE.json`` status ok) writes ``$OUT/NAME.tar.gz``
+   (:func:`dreamer_parity.archive.pack`: ``reference/s<S>/`` with ``records.jsonl``,
+   ``episodes.jsonl``, ``run.json``, ``timing.json`` and ``DONE.json``; no ``params.npz``),
+   written under a temporary name and renamed when complete: a call cut before that leaves
+   no archive, and an unfinished run never has a ``DONE.json``.  ``$OUT/NAME.log`` holds
+   this script's output in every case.
 
-Back here: ``tar xzf NAME.tar.gz -C DIR`` and ``python -m dreamer_parity.keep DIR/s<S>
-data/runs/<name> --params params.yaml`` (docs/REFERENCE_RUN.md).
+Back here: ``python -m dreamer_parity.keep NAME.tar.gz data/runs/<name> --params
+params.yaml`` (docs/REFERENCE_RUN.md).
 
 Exit status: 0 archived; 1 the run failed (no archive); 2 bad input or a set-up failure.
 """
@@ -55,14 +56,14 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dreamer_parity import params as P  # noqa: E402  (standard library only)
+from dreamer_parity import archive  # noqa: E402  (standard library only)
+from dreamer_parity import params as P  # noqa: E402
 from dreamer_parity import provenance, records  # noqa: E402
 from dreamer_parity.reference import setup as ref_setup  # noqa: E402
 
@@ -76,8 +77,6 @@ PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_24_x8
              "manylinux_2_26_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64")
 #: The environment the device runs.
 JAX = "0.10.2"
-#: The files of a finished run the archive holds (DONE.json last).
-ARCHIVED = ("records.jsonl", "episodes.jsonl", "run.json", "timing.json", records.DONE)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
@@ -183,28 +182,20 @@ def device_params(seed: int, sets=()) -> dict:
 
 
 def archive_run(run_dir, out_dir, name: str) -> Path | None:
-    """``out_dir/name.tar.gz`` of a finished run (``DONE.json`` status ok, naming its
-    ``run.json``): the files of :data:`ARCHIVED` under ``s<seed>/``, written under a
-    temporary name and renamed when complete.  None (nothing written) for a run without
-    ``DONE.json``, a failed one, or one whose files disagree."""
+    """``out_dir/name.tar.gz`` of a finished reference run (``DONE.json`` status ok, naming
+    its ``run.json``), :func:`dreamer_parity.archive.pack`: written under a temporary name
+    and renamed when complete.  None (nothing written) for a run without ``DONE.json``, a
+    failed one, or one whose files disagree."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     try:
         done = records.read_done(run_dir)
-        info = records.read_run_info(run_dir / "run.json")
-        seed = info["seed"]
+        seed = records.read_run_info(run_dir / "run.json")["seed"]
         if done.get("status") != "ok" or not records.done_agrees(run_dir, done, "reference",
                                                                  seed):
             return None
-    except (records.RecordError, KeyError):
+        return archive.pack([run_dir], out_dir / f"{name}.tar.gz", "reference")
+    except (records.RecordError, archive.ArchiveError, KeyError):
         return None
-    target = out_dir / f"{name}.tar.gz"
-    tmp = out_dir / f".{name}.tar.gz.tmp"
-    with tarfile.open(tmp, "w:gz") as tar:
-        for f in ARCHIVED:
-            if (run_dir / f).exists():
-                tar.add(run_dir / f, arcname=f"s{seed}/{f}")
-    os.replace(tmp, target)
-    return target
 
 
 class _Log:

@@ -2,7 +2,7 @@
 device script (benchmarks/device_reference.py) exactly as the TPU machine runs it: the
 export of the checkout unpacked and verified without git, the environment's interpreter
 given (DREAMER_PARITY_REF_INTERPRETER) instead of a venv made there, the three shims, the
-pipeline's reference stage, the archive, and `keep` taking the unpacked run.
+pipeline's reference stage, the archive, and `keep` taking the archive.
 
 One smoke-sized seed (1,200 rows, an evaluation every 400 rows with 2 episodes, 81 updates)
 with round 3's replay sampler and decode, matmul precision `highest`.  The unit tests of
@@ -59,32 +59,35 @@ def test_the_wheels_are_the_jax010_lock_but_what_the_machine_holds_and_pyyaml():
     assert not {"jax", "jaxlib", "numpy", "scipy"} & set(want)
 
 
-def _finished_run(d: Path, status="ok") -> Path:
-    d.mkdir(parents=True)
-    for n in ("records.jsonl", "episodes.jsonl"):
-        (d / n).write_text("{}\n")
-    records.write_json(d / "run.json", {"side": "reference", "seed": 3})
-    records.write_json(d / "timing.json", {})
+def _finished_run(root: Path, status="ok") -> Path:
+    """A synthetic reference run ``root/s3`` (tests/synthetic.py), with the files a run
+    directory holds beside the kept ones."""
+    import synthetic
+    from dreamer_parity import params as P
+    p = P.validate({"seeds": [3], "rows": 1200, "eval_every": 400, "eval_episodes": 2,
+                    "profile": "smoke", "stats": {"s1_rows": [1200], "concordance_rows": [1200],
+                                                  "concordance_range": []}})
+    d = synthetic.write_run(root, "reference", 3, p, fail_at=800 if status == "failed" else None)
     (d / "params.npz").write_bytes(b"x")
     (d / "stdout.log").write_text("x")
-    records.write_done(d, status, None if status == "ok" else "boom")
     return d
 
 
 def test_only_a_finished_run_is_archived_and_under_its_final_name_only_when_complete(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    run = _finished_run(tmp_path / "ok" / "s3")
+    run = _finished_run(tmp_path / "ok")
     target = dev.archive_run(run, out, "t-s3")
     assert target == out / "t-s3.tar.gz" and sorted(p.name for p in out.iterdir()) == [
         "t-s3.tar.gz"]
-    with tarfile.open(target) as tar:
-        assert tar.getnames() == ["s3/records.jsonl", "s3/episodes.jsonl", "s3/run.json",
-                                  "s3/timing.json", "s3/DONE.json"]
-    cut = _finished_run(tmp_path / "cut" / "s3")
+    with tarfile.open(target) as tar:      # dreamer_parity.archive's layout: keep takes it
+        assert tar.getnames() == ["reference/s3/records.jsonl", "reference/s3/episodes.jsonl",
+                                  "reference/s3/run.json", "reference/s3/timing.json",
+                                  "reference/s3/DONE.json"]
+    cut = _finished_run(tmp_path / "cut")
     (cut / records.DONE).unlink()                       # a run cut by the call's limit
     assert dev.archive_run(cut, out, "cut") is None
-    failed = _finished_run(tmp_path / "failed" / "s3", status="failed")
+    failed = _finished_run(tmp_path / "failed", status="failed")
     assert dev.archive_run(failed, out, "failed") is None
     assert sorted(p.name for p in out.iterdir()) == ["t-s3.tar.gz"]
 
@@ -137,10 +140,10 @@ def device_run(tmp_path_factory):
          *(x for s in SMOKE_SETS for x in ("--set", s))],
         capture_output=True, text=True, cwd=REPO, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    unpacked = base / "unpacked"
-    with tarfile.open(out / "cpu-s0.tar.gz") as tar:
-        tar.extractall(unpacked, filter="data")
-    return {"out": out, "proc": proc, "unpacked": unpacked / "s0", "work": base / "work",
+    from dreamer_parity import archive
+    unpacked = archive.unpack(out / "cpu-s0.tar.gz", base / "unpacked")
+    assert unpacked == [base / "unpacked" / "reference" / "s0"]
+    return {"out": out, "proc": proc, "unpacked": unpacked[0], "work": base / "work",
             "root": root}
 
 
@@ -203,12 +206,12 @@ def test_run_json_records_the_environment_shims_and_where_it_ran(device_run):
 
 @pytest.mark.slow
 @pytest.mark.reference
-def test_keep_takes_the_unpacked_run_and_the_checkout_stays_verified(device_run, tmp_path):
+def test_keep_takes_the_archive_and_the_checkout_stays_verified(device_run, tmp_path):
     pfile = tmp_path / "round.yaml"
     pfile.write_text(ROUND)
-    r = subprocess.run([sys.executable, "-m", "dreamer_parity.keep", str(device_run["unpacked"]),
-                        str(tmp_path / "kept"), "--params", str(pfile)],
-                       capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run([sys.executable, "-m", "dreamer_parity.keep",
+                        str(device_run["out"] / "cpu-s0.tar.gz"), str(tmp_path / "kept"),
+                        "--params", str(pfile)], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "kept" / "s0").iterdir()) == [
         "DONE.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json", "timing.json"]
