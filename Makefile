@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels
+.PHONY: setup venv reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
 
 venv: $(STAMP)
 
@@ -22,15 +22,23 @@ $(STAMP): requirements.lock pyproject.toml
 reference-setup: $(STAMP)
 	$(PY) -m dreamer_parity.reference.setup
 
+# The reference's second environment, jax 0.10.2 (reference.jax: 0.10.2): refvenv-jax010 from
+# requirements-reference-jax010.lock beside the default one (about a minute from PyPI).
+reference-setup-jax010: $(STAMP)
+	$(PY) -m dreamer_parity.reference.setup --jax 0.10.2
+
 # params.yaml validated first, with the one line every entry point prints (exit 2).
 params-check:
 	@$(PY) -m dreamer_parity.params check --file params.yaml >/dev/null
 
 # The reference set-up is needed only when params.yaml runs a reference seed here
 # (reference.source: run; docs/SIDES.md); a published reference side comes with the repository.
+# The environment is the one reference.jax names (0.4.26: reference-setup; 0.10.2: both).
 setup: venv
 	@if [ "$$($(PY) -m dreamer_parity.sides runs-here reference)" = yes ]; \
-	  then $(MAKE) --no-print-directory reference-setup; fi
+	  then $(MAKE) --no-print-directory reference-setup; \
+	  if [ "$$($(PY) -m dreamer_parity.params show --key reference | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["jax"])')" = 0.10.2 ]; \
+	  then $(MAKE) --no-print-directory reference-setup-jax010; fi; fi
 
 # Stage commands call `python` from PATH (dvc.yaml, README.md): .venv/bin goes first.
 DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
@@ -55,8 +63,11 @@ smoke: venv params-check reference-setup
 	$(DVC) metrics diff HEAD smoke
 
 # The suite runs without the reference too: tests that need it skip with the set-up command.
+# Both reference environments are set up first (jax 0.4.26 and 0.10.2); one that cannot be
+# made (no network, no python3.11) leaves its tests skipped, each saying why.
 test: venv
 	-$(PY) -m dreamer_parity.reference.setup
+	-$(PY) -m dreamer_parity.reference.setup --jax 0.10.2
 	$(PY) -m pytest -q tests
 
 bench: venv reference-setup
@@ -80,6 +91,12 @@ round-tags: venv
 # [".accel-wheels"].
 accel-wheels: venv
 	$(PY) benchmarks/accel_check.py --download-wheels
+
+# What a device call carries to run the reference on the lent TPU machine, into the
+# git-ignored .tpu-ref/: the wheels that machine lacks for reference.jax 0.10.2 and the export
+# of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine"): carry [".tpu-ref"].
+tpu-reference: venv
+	$(PY) benchmarks/device_reference.py --prepare .tpu-ref
 
 clean-venv:
 	rm -rf $(VENV)

@@ -433,3 +433,67 @@ def test_version_flags_na_for_published_runs():
     cand = load.load_side(ROUND3 / "ajax", "candidate", [0, 1])
     f = checks.version_flags(ref, cand)
     assert f["status"] == "N/A" and len(f["unrecorded"]) == 4
+
+
+def _environment_set_of_this_venv(monkeypatch, tmp_path):
+    """An ``environment`` version set named ``env-here`` whose own lock pins this venv's
+    jax/jaxlib/numpy (as reference-jax010 stands beside requirements-reference-jax010.lock)."""
+    here = provenance._installed(provenance.PINNED_PACKAGES)
+    lock = tmp_path / "requirements-env-here.lock"
+    lock.write_text("".join(f"{k}=={v}\n" for k, v in here.items()))
+    monkeypatch.setattr(provenance, "VERSION_SETS", {
+        "env-here": {"kind": "environment", "lock": lock.name, "about": "test",
+                     "versions": here, "also": {}}})
+    monkeypatch.setattr(provenance, "_version_set", None)
+    monkeypatch.setattr(provenance, "_pins_checked", False)
+    monkeypatch.delenv(provenance.ALLOW_VERSIONS_ENV, raising=False)
+    return lock, here
+
+
+def test_environment_version_set_is_checked_against_its_own_lock_without_override(
+        tmp_path, monkeypatch):
+    lock, here = _environment_set_of_this_venv(monkeypatch, tmp_path)
+    got = provenance.check_pins(lock, version_set="env-here")
+    assert got == {"checked": True, "override": False, "version_set": "env-here",
+                   "versions": here}
+    prov = provenance.collect(modules=())
+    assert (prov["versions_checked"], prov["versions_override"], prov["version_set"]) == (
+        True, False, "env-here")
+    with pytest.raises(provenance.PinError, match="stands beside requirements-env-here.lock, "
+                                                  "not requirements.lock"):
+        provenance.check_pins(REPO / "requirements.lock", version_set="env-here")
+    # the variable names accepted versions only: an environment is chosen by a parameter
+    monkeypatch.setenv(provenance.ALLOW_VERSIONS_ENV, "env-here")
+    with pytest.raises(provenance.PinError, match="is neither 1 nor a version set"):
+        provenance.check_pins(lock, version_set="env-here")
+
+
+def test_a_launched_process_records_its_launchers_environment_set(monkeypatch):
+    monkeypatch.setattr(provenance, "_version_set", None)
+    monkeypatch.setattr(provenance, "_pins_checked", False)
+    monkeypatch.delenv(provenance.ALLOW_VERSIONS_ENV, raising=False)
+    monkeypatch.setenv(provenance.VERSION_SET_ENV, "reference-jax010")
+    monkeypatch.delenv(provenance.CHECKED_ENV, raising=False)
+    assert provenance.collect(modules=())["version_set"] is None      # not checked: nothing
+    monkeypatch.setenv(provenance.CHECKED_ENV, "1")
+    prov = provenance.collect(modules=())
+    assert (prov["versions_checked"], prov["versions_override"], prov["version_set"]) == (
+        True, False, "reference-jax010")
+
+
+def test_version_flags_judge_a_jax010_reference_run_by_its_environments_lock():
+    """A reference run on jax 0.10.2 (version set reference-jax010, checked against that
+    set's lock) is at its pins; a side that pools it with 0.4.26 runs is mixed (FLAG)."""
+    pins = {**_PINS, "reference-jax010": {"jax": "0.10.2", "jaxlib": "0.10.2"}}
+    tpu = _run_with_versions("reference", 10, _CAND)
+    tpu.run_info["provenance"]["version_set"] = "reference-jax010"
+    cand = [_run_with_versions("candidate", 0, _CAND)]
+    alone = checks.version_flags([tpu], cand, pins)
+    assert alone["status"] == "PASS" and alone["off_pin"]["reference"] == [], alone
+    pooled = checks.version_flags([_run_with_versions("reference", 0, _REF), tpu], cand, pins)
+    assert pooled["status"] == "FLAG" and pooled["off_pin"]["reference"] == []
+    assert pooled["mixed"]["reference"] is True and pooled["overrides"] == []
+    # without the set recorded, the same versions are off the reference lock's pins
+    plain = _run_with_versions("reference", 10, _CAND)
+    assert checks.version_flags([plain], cand, pins)["off_pin"]["reference"] == [
+        "s10 jax 0.10.2 != pin 0.4.26", "s10 jaxlib 0.10.2 != pin 0.4.26"]

@@ -43,7 +43,8 @@ def test_repository_params_file_is_the_round3_candidate_round():
     assert p["round"] == "round3-candidate" and p["decode"] == "exact" and p["profile"] == "full"
     assert p["seeds"] == [0, 1, 2, 3, 4]
     assert (p["rows"], p["eval_every"], p["eval_episodes"]) == (24000, 400, 10)
-    assert p["reference"] == {"decode": "exact", "sampler": "per_run",
+    assert p["reference"] == {"decode": "exact", "sampler": "per_run", "jax": "0.4.26",
+                              "platform": "cpu", "precision": "default",
                               "source": "data/published/round3"}
     assert p["stats"] == {"s1_rows": [16000, 18000, 20000], "late_rows": [12000, 24000],
                           "good_return": 400.0, "concordance_rows": [20000, 24000],
@@ -59,7 +60,8 @@ def test_missing_keys_take_the_round1_values():
     assert p == load(ROUND1)
     assert p["round"] == "round1" and p["seeds"] == [0, 1, 2]
     assert (p["rows"], p["eval_every"], p["eval_episodes"]) == (20000, 2000, 10)
-    assert p["reference"] == {"decode": "ref", "sampler": "stock", "source": "run"}
+    assert p["reference"] == {"decode": "ref", "sampler": "stock", "jax": "0.4.26",
+                              "platform": "cpu", "precision": "default", "source": "run"}
     assert p["stats"] == {"s1_rows": [16000, 18000, 20000], "late_rows": [],
                           "good_return": 400.0, "concordance_rows": [20000],
                           "concordance_range": [16000, 20000], "equivalence_margin": 0.1,
@@ -74,11 +76,35 @@ def test_missing_keys_take_the_round1_values():
     ("reference.decode", "exact", "exact"),
     ("reference.sampler", "per_run", "per_run"),
     ("reference.source", "data/published/round1", "data/published/round1"),
+    ("reference.jax", "0.10.2", "0.10.2"),
+    ("reference.jax", "0.4.26", "0.4.26"),
+    ("reference.precision", "highest", "highest"),
+    ("reference.precision", "high", "high"),
 ])
 def test_accepted_choices(key, value, expected):
     p = validate(_set(_defaults_raw(), key, value))
     top, *rest = key.split(".")
     assert (p[top][rest[0]] if rest else p[top]) == expected
+
+
+def test_reference_environment_platform_and_precision_from_yaml(tmp_path):
+    """reference.jax reads as the string it is written as (0.10.2 is no number), and a
+    round on the TPU names the jax 0.10.2 environment; the defaults are today's rounds'."""
+    f = tmp_path / "params.yaml"
+    f.write_text("reference:\n  jax: 0.10.2\n  platform: tpu\n  precision: highest\n")
+    p = load(f)
+    assert (p["reference"]["jax"], p["reference"]["platform"], p["reference"]["precision"]) \
+        == ("0.10.2", "tpu", "highest")
+    assert validate({})["reference"] | {"source": None} == {
+        "decode": "ref", "sampler": "stock", "jax": "0.4.26", "platform": "cpu",
+        "precision": "default", "source": None}
+
+
+def test_tpu_needs_the_jax_0_10_2_environment():
+    raw = _set(_defaults_raw(), "reference.platform", "tpu")
+    assert _error(raw) == ("params: reference.platform: tpu needs reference.jax 0.10.2 (the "
+                           "0.4.26 environment holds a CPU jaxlib only)")
+    assert validate(_set(raw, "reference.jax", "0.10.2"))["reference"]["platform"] == "tpu"
 
 
 # --- one test per error, each checking the one-line message ------------------------------
@@ -102,6 +128,8 @@ def test_section_given_as_scalar():
 @pytest.mark.parametrize("key, value", [
     ("decode", "mean"), ("profile", "tiny"), ("reference.decode", "stock"),
     ("reference.sampler", "uniform"), ("stats.failed_rule", "drop"),
+    ("reference.jax", "0.4.30"), ("reference.platform", "gpu"),
+    ("reference.precision", "float32"),
 ])
 def test_unknown_value(key, value):
     msg = _error(_set(_defaults_raw(), key, value))

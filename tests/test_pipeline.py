@@ -143,7 +143,7 @@ class SetupError(Exception):
     """Stand-in of dreamer_parity.reference.setup.SetupError."""
 
 
-def check_setup(root=None, check_packages=True):
+def check_setup(root=None, check_packages=True, jax="0.4.26"):
     """Stand-in: the set-up is taken as present."""
     return {"checkout": "stand-in", "venv": "stand-in"}
 '''
@@ -170,7 +170,9 @@ def test_stage_parameters_are_exactly_what_each_side_reads():
     assert STAGES["reference"]["foreach"] == "${seeds}"
     assert sorted(_params(ref)) == sorted(["profile", "rows", "eval_every", "eval_episodes",
                                            "reference.decode", "reference.sampler",
-                                           "reference.source"])
+                                           "reference.jax", "reference.platform",
+                                           "reference.precision", "reference.source"])
+    assert "requirements-reference-jax010.lock" in ref["deps"]
     assert sorted(_params(cand)) == sorted(["decode", "profile", "seeds", "rows", "eval_every",
                                             "eval_episodes", "candidate.source"])
     assert {"round", "decode", "reference", "candidate", "stats", "gate", "seeds",

@@ -123,21 +123,46 @@ def test_out_dir_with_foreign_files_is_refused_not_deleted(tmp_path):
     assert launch.prepare_out_dir(tmp_path / "empty") == "new"
 
 
-def test_runner_command_uses_the_reference_venv_and_compilation_cache(tmp_path):
+#: The reference section of a validated round (the defaults of the environment keys).
+_REF = {"decode": "exact", "sampler": "per_run", "jax": "0.4.26", "platform": "cpu",
+        "precision": "default", "source": "run"}
+
+
+def test_runner_command_uses_the_reference_venv_and_compilation_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
     info = {"python": tmp_path / "refvenv/bin/python", "checkout": tmp_path / "co",
             "jaxcache": tmp_path / "jaxcache", "root": tmp_path}
     p = {"profile": "smoke", "rows": 1200, "eval_every": 400, "eval_episodes": 2,
-         "reference": {"decode": "exact", "sampler": "per_run", "source": "run"}}
+         "reference": _REF}
     argv, env = launch.runner_command(info, 3, tmp_path / "out", p)
     assert argv[0] == str(info["python"])
     assert argv[1:4] == ["-m", "dreamer_parity.reference.runner", "--json"]
     assert json.loads(argv[4]) == {
         "seed": 3, "out": str(tmp_path / "out"), "profile": "smoke", "rows": 1200,
-        "eval_every": 400, "eval_episodes": 2, "decode": "exact", "sampler": "per_run"}
+        "eval_every": 400, "eval_episodes": 2, "decode": "exact", "sampler": "per_run",
+        "jax": "0.4.26", "platform": "cpu", "precision": "default"}
     assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jaxcache")
     assert env["JAX_PLATFORMS"] == "cpu" and env["PYTHONDONTWRITEBYTECODE"] == "1"
+    # the venv's own packages only: the caller's PYTHONPATH is replaced
+    assert len(env["PYTHONPATH"].split(":")) == 2
     assert env["PYTHONPATH"].split(":")[1] == str(tmp_path / "co")
     assert (Path(env["PYTHONPATH"].split(":")[0]) / "dreamer_parity" / "records.py").exists()
+
+
+def test_runner_command_on_the_tpu_with_a_given_interpreter(tmp_path, monkeypatch):
+    """A given interpreter (the TPU machine's python3) keeps the caller's PYTHONPATH after
+    src and the checkout (that machine's jax lives there); the platform reaches
+    JAX_PLATFORMS with the CPU beside the chip."""
+    monkeypatch.setenv("PYTHONPATH", "/machine/jax:/tmp/site")
+    info = {"python": Path("/usr/bin/python3"), "checkout": tmp_path / "co",
+            "jaxcache": tmp_path / "jaxcache-jax010", "root": tmp_path, "interpreter": "given"}
+    p = {"profile": "full", "rows": 24000, "eval_every": 400, "eval_episodes": 10,
+         "reference": {**_REF, "jax": "0.10.2", "platform": "tpu", "precision": "highest"}}
+    argv, env = launch.runner_command(info, 0, tmp_path / "out", p)
+    assert env["JAX_PLATFORMS"] == "tpu,cpu"
+    assert env["PYTHONPATH"].split(":")[1:] == [str(tmp_path / "co"), "/machine/jax", "/tmp/site"]
+    assert {k: json.loads(argv[4])[k] for k in ("jax", "platform", "precision")} == {
+        "jax": "0.10.2", "platform": "tpu", "precision": "highest"}
 
 
 def test_runner_reads_back_what_the_launcher_writes(tmp_path):
@@ -146,16 +171,58 @@ def test_runner_reads_back_what_the_launcher_writes(tmp_path):
     from dreamer_parity.reference import runner
 
     p = {"profile": "smoke", "rows": 1200, "eval_every": 400, "eval_episodes": 2,
-         "reference": {"decode": "exact", "sampler": "per_run", "source": "run"}}
+         "reference": _REF}
     argv, _ = launch.runner_command({"python": "py", "checkout": tmp_path, "jaxcache": tmp_path},
                                     3, tmp_path / "out", p)
     a = runner.parse_args(argv[3:])
     assert [getattr(a, k) for k in runner.PARAM_ARGS] == [
-        3, tmp_path / "out", "smoke", 1200, 400, 2, "exact", "per_run"]
+        3, tmp_path / "out", "smoke", 1200, 400, 2, "exact", "per_run", "0.4.26", "cpu",
+        "default"]
     assert a.params_subset() == {"profile": "smoke", "rows": 1200, "eval_every": 400,
-                                 "eval_episodes": 2, "decode": "exact", "sampler": "per_run"}
-    b = runner.parse_args(argv[3:] + ["--eval-every", "240", "--decode", "ref"])
-    assert (b.eval_every, b.decode, b.rows) == (240, "ref", 1200)
+                                 "eval_episodes": 2, "decode": "exact", "sampler": "per_run",
+                                 "jax": "0.4.26", "platform": "cpu", "precision": "default"}
+    b = runner.parse_args(argv[3:] + ["--eval-every", "240", "--decode", "ref", "--jax",
+                                      "0.10.2", "--precision", "highest"])
+    assert (b.eval_every, b.decode, b.rows, b.jax, b.precision) == (
+        240, "ref", 1200, "0.10.2", "highest")
+    with pytest.raises(SystemExit) as e:     # tpu on the 0.4.26 environment: params refuse
+        runner.parse_args(argv[3:] + ["--platform", "tpu"])
+    assert e.value.code == 2
+    # without the environment keys (an older launcher's arguments): the defaults
+    old = {k: v for k, v in json.loads(argv[4]).items() if k not in ("jax", "platform",
+                                                                     "precision")}
+    c = runner.parse_args(["--json", json.dumps(old)])
+    assert (c.jax, c.platform, c.precision) == ("0.4.26", "cpu", "default")
     with pytest.raises(SystemExit) as e:
         runner.parse_args(["--json", json.dumps({**json.loads(argv[4]), "width": 3})])
     assert e.value.code == 2
+
+
+def test_cli_missing_jax010_setup_names_its_setup_command(tmp_path):
+    """reference.jax 0.10.2 checks its own venv (refvenv-jax010) and names its command."""
+    try:
+        rs.check_checkout(rs.checkout_dir(rs.default_root()))
+    except rs.SetupError as e:
+        pytest.skip(f"reference checkout not set up ({e}); run `make reference-setup`")
+    fake = tmp_path / "root"
+    fake.mkdir()
+    (fake / rs.checkout_dir(fake).name).symlink_to(rs.checkout_dir(rs.default_root()))
+    p = tmp_path / "params.yaml"
+    p.write_text("reference:\n  jax: 0.10.2\n  source: run\n")
+    r = _launch("--params", str(p), "--seed", "0", "--out", str(tmp_path / "o"),
+                "--root", str(fake))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ("reference launch: error: reference venv missing "
+                                "(refvenv-jax010 under the set-up root); run "
+                                "`make reference-setup-jax010`")
+    assert not (tmp_path / "o").exists()
+
+
+def test_overrides_take_the_platform_and_keep_the_protocol_otherwise():
+    from dreamer_parity.reference import runner
+
+    cpu, tpu = runner.overrides(0, "full", 24000), runner.overrides(0, "full", 24000,
+                                                                    platform="tpu")
+    assert cpu["jax.platform"] == "cpu" and tpu["jax.platform"] == "tpu"
+    assert {k: v for k, v in tpu.items() if k != "jax.platform"} == \
+        {k: v for k, v in cpu.items() if k != "jax.platform"}

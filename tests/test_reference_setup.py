@@ -1,7 +1,11 @@
-"""Reference set-up: lock parsing, venv check, verified checkout, clear failures."""
+"""Reference set-up: lock parsing, venv check, verified checkout, clear failures; the jax
+0.10.2 environment, the export that proves its commit, a given interpreter."""
 
+import base64
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +151,126 @@ def test_default_root_and_source_follow_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("DREAMER_PARITY_REF_SOURCE", str(tmp_path / "m"))
     assert rs.default_source() == str(tmp_path / "m")
     assert rs.checkout_dir(tmp_path).name == "dreamerv3-29eb964"
+
+
+# --- the jax 0.10.2 environment -----------------------------------------------------------
+
+def test_the_jax010_environment_has_its_own_lock_venv_and_cache(tmp_path):
+    pins = rs.read_lock(rs.lock_file("0.10.2"))
+    assert (pins["jax"], pins["jaxlib"], pins["numpy"]) == ("0.10.2", "0.10.2", "2.4.6")
+    assert (pins["tensorflow-probability"], pins["chex"], pins["ruamel-yaml"],
+            pins["dm-tree"]) == ("0.24.0", "0.1.92", "0.19.1", "0.1.10")
+    assert set(pins) == set(rs.read_lock())     # the same packages as the 0.4.26 lock
+    from dreamer_parity import provenance
+    main = provenance.read_pins(rs._REPO_ROOT / "requirements.lock")
+    assert all(pins[n] == main[n] for n in pins if n in main)   # shared ones as the main venv
+    vset = provenance.VERSION_SETS[rs.ENVIRONMENTS["0.10.2"]["version_set"]]
+    assert vset["kind"] == "environment" and vset["lock"] == rs.lock_file("0.10.2").name
+    assert vset["versions"] == {p: pins[p] for p in provenance.PINNED_PACKAGES}
+    assert rs.venv_dir(tmp_path, "0.10.2") == tmp_path / "refvenv-jax010"
+    assert rs.jaxcache_dir(tmp_path, "0.10.2") == tmp_path / "jaxcache-jax010"
+    assert rs.venv_dir(tmp_path) == tmp_path / "refvenv"          # the default is unchanged
+    assert rs.lock_file().name == "requirements-reference.lock"
+    with pytest.raises(rs.SetupError, match="reference.jax: unknown value '0.5'"):
+        rs.venv_dir(tmp_path, "0.5")
+
+
+def _git_source():
+    """A local git directory holding the reference commit, or skip."""
+    import os
+    for cand in (os.environ.get("DREAMER_PARITY_REF_SOURCE"), rs.checkout_dir(rs.default_root())):
+        if cand and (subprocess.run(["git", "cat-file", "-e", f"{rs.REF_COMMIT}^{{commit}}"],
+                                    cwd=cand, capture_output=True).returncode == 0
+                     if Path(cand).is_dir() else False):
+            return str(cand)
+    pytest.skip(f"no local git directory holds the reference commit; run `{SETUP_CMD}`")
+
+
+def test_export_proves_its_commit_without_git(tmp_path, monkeypatch):
+    """The export is deterministic and small; a checkout made from it is verified by git's
+    own hashes (no git run: PATH without git), and any edit, extra, missing or re-moded
+    file is refused; only scores/ may be absent, whatever the objects file says."""
+    archive = rs.export(tmp_path / "carry", _git_source(), log=lambda m: None)
+    again = rs.export(tmp_path / "again", _git_source(), log=lambda m: None)
+    assert archive.read_bytes() == again.read_bytes() and archive.name == rs.EXPORT_NAME
+    assert archive.stat().st_size < 300_000
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git"))      # nothing below runs git
+    root = tmp_path / "root"
+    assert rs.ensure_checkout(root, str(tmp_path / "carry"), log=lambda m: None) is True
+    made = rs.checkout_dir(root)
+    assert sorted(p.name for p in root.iterdir()) == [made.name, rs.objects_file(root).name]
+    assert not (made / ".git").exists() and not (made / "scores").exists()
+    assert (made / "dreamerv3" / "jaxagent.py").is_file()
+    rs.check_checkout(made)
+    assert rs.checkout_state(made) == {"commit": rs.REF_COMMIT, "dirty": False,
+                                       "verified": "git objects of the export (no .git)",
+                                       "omitted": ["scores"]}
+    assert rs.ensure_checkout(root, str(tmp_path / "nothing"), log=lambda m: None) is False
+    agent = made / "dreamerv3" / "agent.py"
+    original = agent.read_bytes()
+    agent.write_bytes(original + b"# edited\n")
+    with pytest.raises(rs.SetupError, match=r"dreamerv3/agent.py differs from commit 29eb964"):
+        rs.check_checkout(made)
+    assert rs.checkout_state(made)["commit"] is None
+    agent.write_bytes(original)
+    (made / "extra.py").write_text("x = 1\n")
+    with pytest.raises(rs.SetupError, match=r"1 file\(s\) the commit does not hold \(extra.py\)"):
+        rs.check_checkout(made)
+    (made / "extra.py").unlink()
+    agent.chmod(0o755)
+    with pytest.raises(rs.SetupError, match="another executable bit"):
+        rs.check_checkout(made)
+    agent.chmod(0o644)
+    objects = json.loads(rs.objects_file(root).read_text())
+    rs.objects_file(root).write_text(json.dumps({**objects, "omit": ["scores", "dreamerv3"]}))
+    agent.rename(tmp_path / "agent.py")
+    with pytest.raises(rs.SetupError, match=r"dreamerv3/agent.py is missing"):
+        rs.check_checkout(made)
+    (tmp_path / "agent.py").rename(agent)
+    rs.check_checkout(made)
+    # an object that does not hash to its name
+    bad = dict(objects["objects"])
+    some_tree = next(k for k in bad if k != rs.REF_COMMIT)
+    bad[some_tree] = base64.b64encode(base64.b64decode(bad[some_tree]) + b"x").decode()
+    with pytest.raises(rs.SetupError, match="does not hash to"):
+        rs.verify_export_tree(made, {**objects, "objects": bad})
+
+
+def test_an_export_that_is_not_one_is_refused_and_leaves_nothing(tmp_path):
+    import tarfile
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    evil = tmp_path / "evil.txt"
+    evil.write_text("x")
+    with tarfile.open(carry / rs.EXPORT_NAME, "w:gz") as tar:
+        tar.add(evil, arcname="../evil.txt")
+    root = tmp_path / "root"
+    with pytest.raises(rs.SetupError, match="is not part of an export"):
+        rs.ensure_checkout(root, str(carry), log=lambda m: None)
+    assert not rs.checkout_dir(root).exists() and list(root.iterdir()) == []
+
+
+def test_a_given_interpreter_is_checked_against_the_lock(tmp_path, monkeypatch):
+    """DREAMER_PARITY_REF_INTERPRETER: no venv; a missing package or other jax, jaxlib or
+    numpy refuses, other versions are listed (the runner records them)."""
+    from dreamer_parity import provenance
+    here = provenance._installed(provenance.PINNED_PACKAGES)
+    lock = tmp_path / "x.lock"
+    lock.write_text("".join(f"{k}=={v}\n" for k, v in here.items()) + "PyYAML==0.0.1\n")
+    monkeypatch.setenv(rs.INTERPRETER_ENV, sys.executable)
+    assert rs.venv_python(tmp_path) == Path(sys.executable)
+    diff = rs.interpreter_differences(sys.executable, lock)
+    assert diff["refused"] == [] and diff["off_lock"][0].startswith("pyyaml ")
+    assert diff["off_lock"][0].endswith(" != lock 0.0.1")
+    logs = []
+    assert rs.ensure_venv(tmp_path, lock, log=logs.append) is False
+    assert not rs.venv_dir(tmp_path).exists() and "versions off x.lock" in logs[0]
+    lock.write_text(lock.read_text() + "notinstalled==1.0\n")
+    with pytest.raises(rs.SetupError, match=r"does not hold x.lock \(missing notinstalled==1.0\)"):
+        rs.ensure_venv(tmp_path, lock, log=lambda m: None)
+    lock.write_text(lock.read_text().replace(f"numpy=={here['numpy']}", "numpy==0.0.1"))
+    assert f"numpy {here['numpy']} != lock 0.0.1" in rs.interpreter_differences(
+        sys.executable, lock)["refused"]
+    monkeypatch.setenv(rs.INTERPRETER_ENV, str(tmp_path / "no-python"))
+    with pytest.raises(rs.SetupError, match="no such interpreter"):
+        rs.venv_python(tmp_path)

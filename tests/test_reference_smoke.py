@@ -73,6 +73,8 @@ def test_three_records_with_the_schedule_updates(smoke_runs, seed):
         assert r["eval_returns"] == [float(n) for n in r["eval_lengths"]]
         assert all(1 <= n <= 500 for n in r["eval_lengths"])
         assert r["eval_mean"] == pytest.approx(np.mean(r["eval_returns"]))
+    if seed == 0:   # the initial policy's returns, equal on jax 0.10.2 (test_reference_jax010)
+        assert recs[0]["eval_returns"] == [16.0, 41.0]
     # No update before the gate (row 1040): empty windows, no return normaliser yet.
     assert recs[0]["train"] == {} and recs[1]["train"] == {} and recs[0]["retnorm"] is None
     last = recs[2]
@@ -151,6 +153,13 @@ def test_run_json_holds_the_resolved_config_patches_and_provenance(smoke_runs, s
     prov = run["provenance"]
     assert prov["reference"] == {"commit": rs.REF_COMMIT, "dirty": False}
     assert prov["versions"]["jax"] == "0.4.26"
+    assert prov["version_set"] is None and prov["versions_override"] is False
+    # the default environment: jax 0.4.26 as it is, no shim, no precision set
+    assert run["environment"] == {
+        "jax": "0.4.26", "version_set": None, "lock": "requirements-reference.lock",
+        "interpreter": "venv", "off_lock": [], "shims": [], "threefry_partitionable": False,
+        "platform": "cpu", "precision": "default", "backend": "cpu", "device_kind": "cpu",
+        "matmul_precision": None}
     assert run["imported_from"]["dreamerv3.agent"] == "<reference-checkout>/dreamerv3/agent.py"
     assert run["imported_from"]["embodied"] == "<reference-checkout>/embodied/__init__.py"
     # No absolute path in what the run wrote.

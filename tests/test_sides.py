@@ -280,3 +280,54 @@ def test_candidate_stage_writes_stand_ins_and_runs_nothing(tmp_path):
         assert sorted(x.name for x in d.iterdir()) == ["STAND_IN.json"]
         assert json.loads((d / "STAND_IN.json").read_text())["source"] == "data/elsewhere"
     assert not (tmp_path / "work").exists()
+
+
+def _set_backend(run_dir: Path, platform: str, precision) -> None:
+    """Record a jax backend in a synthetic run's run.json (DONE.json rewritten to name it)."""
+    info = json.loads((run_dir / "run.json").read_text())
+    info["provenance"]["backend"] = {"platform": platform, "devices": 1,
+                                     "device_kind": "TPU v5 lite" if platform == "tpu" else "cpu",
+                                     "matmul_precision": precision}
+    records.write_json(run_dir / "run.json", info)
+    records.write_done(run_dir, "ok")
+
+
+def test_platform_and_precision_per_seed_and_per_side_part(synthetic_root, monkeypatch):
+    """Each seed's platform and precision come from its run.json (provenance.backend), a
+    side pooled from several shows each part (summary keys and the report's source
+    table), and a run recording no backend is `unknown`."""
+    monkeypatch.chdir(synthetic_root)
+    ref = synthetic_root / "data/runs/t/reference"
+    _set_backend(ref / "s0", "cpu", None)
+    _set_backend(ref / "s1", "cpu", None)
+    _set_backend(ref / "s2", "tpu", "highest")
+    p = _params(**{"reference.source": "data/runs/t/reference",
+                   "candidate.source": "data/runs/t/candidate"})
+    res = compare.analyse(p, *[sides.resolve(p, ".")[k] for k in ("reference", "candidate")])
+    from dreamer_parity.analysis import metrics_out, report
+    keys = metrics_out.source_keys(res)
+    assert [keys[f"platform.reference.s{s}"] for s in (0, 1, 2)] == ["cpu", "cpu", "tpu"]
+    assert [keys[f"precision.reference.s{s}"] for s in (0, 1, 2)] == [
+        "default", "default", "highest"]
+    assert keys["platform.reference"] == "cpu/default (s0-1); tpu/highest (s2)"
+    # the synthetic candidate records no backend: as a published run, unknown
+    assert keys["platform.candidate.s0"] == "unknown" == keys["precision.candidate.s0"]
+    assert keys["platform.candidate"] == "unknown/unknown (s0-2)"
+    assert {k: v for k, v in metrics_out.summary(res).items() if k.startswith("platform.")} \
+        == {k: v for k, v in keys.items() if k.startswith("platform.")}
+    text = report.render(res)
+    assert "| side | seed | source | run directory | layout | made by | platform | precision |" \
+        in text
+    assert ("| reference | 2 | `data/runs/t/reference` | `data/runs/t/reference/s2` | records | "
+            "reference | tpu | highest |") in text
+    assert ("* Reference side: cpu/default (s0-1); tpu/highest (s2) (pooled from 2 "
+            "platform/precision parts).") in text
+    assert "* Candidate side: unknown/unknown (s0-2)." in text
+
+
+def test_published_runs_are_of_unknown_platform():
+    if not (ROUND3 / "ref_s0" / "evals.jsonl").is_file():
+        pytest.skip("data/published/round3 not present")
+    from dreamer_parity.analysis import load, runs
+    run = load.load_side(ROUND3, "reference", [0])[0]
+    assert runs.execution(run) == {"platform": "unknown", "precision": "unknown"}

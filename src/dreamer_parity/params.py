@@ -43,7 +43,8 @@ __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOK
            "eval_points", "PROFILES", "NUM_ENVS", "DECODES", "SAMPLERS", "repo_path",
            "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
            "MAX_PATH_CHARS", "parse_yaml", "strict_yaml", "YamlRefusal", "RESERVED_ROUNDS",
-           "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED"]
+           "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED", "REFERENCE_JAX", "PLATFORMS",
+           "PRECISIONS"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -52,6 +53,16 @@ NUM_ENVS = 16
 DECODES = ("exact", "ref")
 #: The reference replay's uniform selector seeding: ``stock`` (seed 0) | ``per_run``.
 SAMPLERS = ("stock", "per_run")
+#: The jax version of the reference's environment (``reference.jax``): ``0.4.26`` (its own
+#: venv from requirements-reference.lock, the default) | ``0.10.2`` (the venv from
+#: requirements-reference-jax010.lock, with the outside shims of ``reference/shims.py``).
+REFERENCE_JAX = ("0.4.26", "0.10.2")
+#: Where a side's jax programs run (``<side>.platform``): the value of ``JAX_PLATFORMS``'s
+#: first entry, set before jax is imported, and checked against ``jax.default_backend()``.
+PLATFORMS = ("cpu", "tpu")
+#: Matmul precision of a side (``<side>.precision``): ``default`` leaves jax's own (nothing
+#: set), the others are set as ``jax_default_matmul_precision`` before anything compiles.
+PRECISIONS = ("default", "high", "highest")
 
 #: Largest params file :func:`load` reads (bytes); the round's file is about 1 KiB.
 MAX_FILE_BYTES = 64 * 1024
@@ -144,6 +155,14 @@ SCHEMA: dict[str, Field] = {
                               "reference two-hot mean: stock formula | exact replacement"),
     "reference.sampler": Field("str", "stock", SAMPLERS,
                                "replay uniform selector: stock seed 0 | [seed, 0x5EED]"),
+    "reference.jax": Field("str", "0.4.26", REFERENCE_JAX,
+                           "the reference's environment: jax 0.4.26 (its own lock) | jax "
+                           "0.10.2 (requirements-reference-jax010.lock, outside shims)"),
+    "reference.platform": Field("str", "cpu", PLATFORMS,
+                                "where the reference's programs run (JAX_PLATFORMS); tpu needs "
+                                "reference.jax 0.10.2"),
+    "reference.precision": Field("str", "default", PRECISIONS,
+                                 "the reference's jax_default_matmul_precision (default: not set)"),
     "reference.source": Field("source", "run",
                               doc="where the reference side's runs come from: 'run', a "
                                   "directory of runs, or [{from, seeds}] (docs/SIDES.md)"),
@@ -516,6 +535,10 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
                 raise ParamsError(key, f"round seeds {missing} have no source")
             typed[key] = sorted(({"from": part["from"], "seeds": sorted(part["seeds"])}
                                  for part in src), key=lambda part: part["seeds"][0])
+    if typed["reference.platform"] != "cpu" and typed["reference.jax"] == "0.4.26":
+        raise ParamsError("reference.platform", f"{typed['reference.platform']} needs "
+                                                f"reference.jax 0.10.2 (the 0.4.26 environment "
+                                                f"holds a CPU jaxlib only)")
     if not ROUND_PATTERN.fullmatch(typed["round"]):
         raise ParamsError("round", f"{quote(typed['round'])} is not a plain name: 1 to 64 "
                                    f"letters, digits, '-' or '_' (its pre-registration is "

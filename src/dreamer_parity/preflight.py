@@ -61,11 +61,11 @@ def check_prereg(params: dict, root: str | Path = ".") -> Path:
     return pre
 
 
-def _check_reference_setup() -> None:
+def _check_reference_setup(jax: str) -> None:
     from dreamer_parity.reference import setup as ref_setup
 
     try:
-        ref_setup.check_setup(check_packages=False)
+        ref_setup.check_setup(check_packages=False, jax=jax)
     except ref_setup.SetupError as e:
         raise PreflightError(f"reference set-up: {e}") from None
 
@@ -102,7 +102,7 @@ def check(params: dict, root: str | Path = ".", check_reference: bool = True) ->
         raise PreflightError(str(e)) from None
     check_runs(params, resolved, root)
     if check_reference and sides.runs_here(params, "reference"):
-        _check_reference_setup()
+        _check_reference_setup(params["reference"]["jax"])
     return resolved
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 __all__ = ["git_state", "relative_to_roots", "collect", "cpu_model", "REPO_ROOT",
            "PinError", "read_pins", "check_pins", "allowed_versions", "package_versions",
            "backend", "ALLOW_VERSIONS_ENV", "PINNED_PACKAGES", "VERSION_SETS",
-           "RECORDED_PACKAGES"]
+           "RECORDED_PACKAGES", "VERSION_SET_ENV", "CHECKED_ENV", "environment_set"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,21 +30,44 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ALLOW_VERSIONS_ENV = "DREAMER_PARITY_ALLOW_VERSIONS"
 #: Set by a launcher whose pin check passed for the process it starts (reference runner).
 CHECKED_ENV = "DREAMER_PARITY_VERSIONS_CHECKED"
+#: Set by a launcher, beside :data:`CHECKED_ENV`, to the ``environment`` version set whose
+#: own lock the process was checked against (the process records it as ``version_set``).
+VERSION_SET_ENV = "DREAMER_PARITY_VERSION_SET"
 #: Packages whose installed version must equal the lock before a run starts.
 PINNED_PACKAGES = ("jax", "jaxlib", "numpy")
 
-#: Named sets of versions that ``$DREAMER_PARITY_ALLOW_VERSIONS=<name>`` accepts besides the
-#: pins of the lock file the set names (another lock is checked against its own pins).
+#: Named sets of versions.  Two kinds:
+#:
+#: * ``accepts`` (a machine's versions): ``$DREAMER_PARITY_ALLOW_VERSIONS=<name>`` accepts the
+#:   set's ``versions`` besides the pins of the lock file the set names; the run records
+#:   ``version_set`` and ``versions_override: true``.
+#: * ``environment`` (a second environment with its own lock): the set's ``lock`` is the one
+#:   its ``versions`` come from, chosen by a parameter (``selected_by``), never by the
+#:   variable; the launcher checks the environment against that lock
+#:   (:func:`check_pins` with ``version_set=<name>``) and the run records ``version_set``
+#:   with ``versions_override: false``.  The analysis judges such a run against that lock
+#:   (``analysis.checks.version_flags``).
+#:
 #: ``versions`` gives every package of :data:`PINNED_PACKAGES`; ``also`` lists what else that
 #: machine is known to hold that the lock does not (not checked; :func:`collect` records
 #: the versions found, :data:`RECORDED_PACKAGES`).
 VERSION_SETS = {
     "gpu-h200": {
+        "kind": "accepts",
         "lock": "requirements.lock",
         "about": "the lent GPU machine (NVIDIA H200 or H100, x86-64, Python 3.12, CUDA 13; "
                  "docs/CANDIDATE.md#gpu)",
         "versions": {"jax": "0.11.2", "jaxlib": "0.11.2", "numpy": "2.5.2"},
         "also": {"jax-cuda13-plugin": "0.11.2", "jax-cuda13-pjrt": "0.11.2", "python": "3.12"},
+    },
+    "reference-jax010": {
+        "kind": "environment",
+        "lock": "requirements-reference-jax010.lock",
+        "selected_by": "reference.jax: 0.10.2",
+        "about": "the reference on jax 0.10.2 (CPU, or the lent TPU machine's preinstalled "
+                 "jax), with the outside shims of reference/shims.py (docs/REFERENCE_RUN.md)",
+        "versions": {"jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.4.6"},
+        "also": {},
     },
 }
 
@@ -115,10 +138,25 @@ def allowed_versions() -> str | None:
     value = os.environ.get(ALLOW_VERSIONS_ENV, "").strip()
     if value in ("", "0"):
         return None
-    if value == "1" or value in VERSION_SETS:
+    accepts = sorted(k for k, v in VERSION_SETS.items()
+                     if v.get("kind", "accepts") == "accepts")   # no kind: accepts
+    if value == "1" or value in accepts:
         return value
     raise PinError(f"versions: {ALLOW_VERSIONS_ENV}={value!r} is neither 1 nor a version set "
-                   f"({', '.join(sorted(VERSION_SETS))}; provenance.VERSION_SETS)")
+                   f"({', '.join(accepts)}; provenance.VERSION_SETS)")
+
+
+def environment_set(name: str) -> dict:
+    """The ``environment`` entry ``name`` of :data:`VERSION_SETS`.
+
+    Raises:
+      PinError: no such set, or a set of another kind.
+    """
+    vset = VERSION_SETS.get(name)
+    if vset is None or vset.get("kind") != "environment":
+        raise PinError(f"versions: {name!r} is not an environment version set "
+                       f"(provenance.VERSION_SETS)")
+    return vset
 
 
 def _first_mismatch(packages, installed: dict, want: dict) -> str | None:
@@ -128,13 +166,18 @@ def _first_mismatch(packages, installed: dict, want: dict) -> str | None:
     return None
 
 
-def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=None) -> dict:
+def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=None,
+               version_set: str | None = None) -> dict:
     """Compare installed versions with the pins of ``lock_file``.
 
     Args:
-      lock_file: ``requirements.lock`` (candidate) or ``requirements-reference.lock``.
+      lock_file: ``requirements.lock`` (candidate), ``requirements-reference.lock``, or the
+        lock an ``environment`` version set names.
       packages: distribution names to compare.
       python: an interpreter whose packages are meant (another venv); None for this one.
+      version_set: the name of an ``environment`` entry of :data:`VERSION_SETS` whose own
+        lock ``lock_file`` is (the environment a parameter chose); the result names it in
+        ``version_set`` with ``override`` False.  None: no such environment.
 
     Returns:
       ``{"checked": bool, "override": bool, "version_set": str | None, "versions": {name:
@@ -152,6 +195,9 @@ def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=No
     """
     global _pins_checked, _version_set
     lock_file = Path(lock_file)
+    if version_set is not None and environment_set(version_set)["lock"] != lock_file.name:
+        raise PinError(f"versions: version set {version_set} stands beside "
+                       f"{environment_set(version_set)['lock']}, not {lock_file.name}")
     allowed = allowed_versions()
     installed = _installed(packages, python)
     if allowed == "1":
@@ -175,8 +221,8 @@ def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=No
             f"{want or 'nothing'}{also} (reinstall from the lock, or set "
             f"{ALLOW_VERSIONS_ENV}=1 for a deliberate experiment; the run records it)")
     if python is None:
-        _pins_checked, _version_set = True, used
-    return {"checked": True, "override": used is not None, "version_set": used,
+        _pins_checked, _version_set = True, used or version_set
+    return {"checked": True, "override": used is not None, "version_set": used or version_set,
             "versions": installed}
 
 
@@ -275,9 +321,10 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
       "cpu_count", "os", "xla_flags", "threads"}``.  No path, no host name.
       ``versions_checked``: :func:`check_pins` passed in this process (or its launcher's
       did, ``$DREAMER_PARITY_VERSIONS_CHECKED``); ``versions_override``:
-      ``$DREAMER_PARITY_ALLOW_VERSIONS=1``, or a version set's versions passed the check
-      (``version_set`` names it); ``packages``: :func:`package_versions`; ``backend``:
-      :func:`backend`.
+      ``$DREAMER_PARITY_ALLOW_VERSIONS=1``, or an ``accepts`` version set's versions passed
+      the check; ``version_set``: that set, or the ``environment`` set whose own lock the
+      process was checked against (here or by its launcher, ``$DREAMER_PARITY_VERSION_SET``);
+      ``packages``: :func:`package_versions`; ``backend``: :func:`backend`.
     """
     out = {"repo": git_state(REPO_ROOT, exclude=ROUND_FILES)}
     for name, tree in (extra_trees or {}).items():
@@ -294,8 +341,11 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
         "versions": versions,
         "versions_checked": _pins_checked or os.environ.get(CHECKED_ENV) == "1",
         "versions_override": (os.environ.get(ALLOW_VERSIONS_ENV, "").strip() == "1"
-                              or _version_set is not None),
-        "version_set": _version_set,
+                              or (_version_set is not None
+                                  and VERSION_SETS.get(_version_set, {}).get("kind")
+                                  != "environment")),
+        "version_set": _version_set or (os.environ.get(VERSION_SET_ENV) or None
+                                        if os.environ.get(CHECKED_ENV) == "1" else None),
         "packages": package_versions(),
         "backend": backend(),
         "cpu": cpu_model(),

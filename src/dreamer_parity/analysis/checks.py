@@ -260,8 +260,13 @@ def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None =
     Args:
       ref_runs, cand_runs: the loaded runs; versions come from run.json
         ``provenance.versions`` (published runs record none).
-      pins: ``{side: {package: version}}``; default: the pins of :data:`LOCKS`
-        (:func:`dreamer_parity.provenance.read_pins`), absent locks giving no pins.
+      pins: ``{side or version set: {package: version}}``; default: the pins of
+        :data:`LOCKS` and of the lock of every ``environment`` version set
+        (:data:`dreamer_parity.provenance.VERSION_SETS`,
+        :func:`dreamer_parity.provenance.read_pins`), absent locks giving no pins.  A run
+        is judged against the lock of the ``environment`` set its provenance names
+        (``version_set``, checked against that set's own lock: the reference on jax
+        0.10.2), else against its maker's.
       packages: the packages compared.
 
     Returns:
@@ -276,12 +281,15 @@ def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None =
       from its side's pin, or a run was started with the override; N/A: no run records
       versions; else PASS.
     """
+    from dreamer_parity import provenance
+    environments = {k for k, v in provenance.VERSION_SETS.items()
+                    if v.get("kind") == "environment"}
     if pins is None:
-        from dreamer_parity import provenance
         pins = {}
-        for side, lock in LOCKS.items():
+        locks = {**LOCKS, **{k: provenance.VERSION_SETS[k]["lock"] for k in environments}}
+        for name, lock in locks.items():
             path = provenance.REPO_ROOT / lock
-            pins[side] = provenance.read_pins(path) if path.exists() else {}
+            pins[name] = provenance.read_pins(path) if path.exists() else {}
     out = {"versions": {}, "mixed": {}, "off_pin": {}, "overrides": [], "unrecorded": []}
     seen = {}
     for side, runs in (("reference", ref_runs), ("candidate", cand_runs)):
@@ -302,8 +310,11 @@ def version_flags(ref_runs: list[Run], cand_runs: list[Run], pins: dict | None =
                 vset = prov.get("version_set")
                 out["overrides"].append(f"{side} {key}" + (f" (version set {vset})"
                                                            if isinstance(vset, str) else ""))
+            vset = prov.get("version_set")
+            lock = (vset if vset in environments and prov.get("versions_override") is not True
+                    else run.made_by)    # the lock its environment was checked against
             for p in packages:
-                want = (pins.get(run.made_by) or {}).get(p)   # the lock of its maker
+                want = (pins.get(lock) or {}).get(p)
                 if want is not None and v[p] != want:
                     out["off_pin"][side].append(f"{key} {p} {v[p]} != pin {want}")
         out["mixed"][side] = len(seen[side]) > 1

@@ -43,7 +43,7 @@ from dreamer_parity import records
 from dreamer_parity.analysis import stats
 
 __all__ = ["summary", "write_summary", "missing_reasons", "write_plot_data", "eval_curve_frame", "entropy_frame",
-           "atomic_text"]
+           "atomic_text", "source_rows", "source_keys", "platform_parts", "platform_text"]
 
 
 #: The atomic text writer (:func:`dreamer_parity.records.write_text`).
@@ -109,26 +109,70 @@ def _side_keys(out: dict, name: str, values: dict, seeds: list[int]) -> None:
 
 
 def source_rows(result: dict) -> list[dict]:
-    """Per side and seed where the run came from: ``{"side", "seed", "source", "run_dir",
-    "layout", "made_by"}`` (``source``: ``run`` or the directory, never absolute)."""
+    """Per side and seed where the run came from and where it ran: ``{"side", "seed",
+    "source", "run_dir", "layout", "made_by", "platform", "precision"}`` (``source``:
+    ``run`` or the directory, never absolute; ``platform`` and ``precision`` as the run
+    records them, :func:`dreamer_parity.analysis.runs.execution`, ``unknown`` where it
+    records none)."""
     from dreamer_parity.analysis.load import display_path
+    from dreamer_parity.analysis.runs import UNKNOWN, execution
 
     out = []
     for side in ("reference", "candidate"):
+        runs = {r.seed: r for r in result["sides"][side].get("runs", [])}
         for e in result["sides"][side].get("seeds", []):
+            ex = (execution(runs[e.seed]) if e.seed in runs
+                  else {"platform": UNKNOWN, "precision": UNKNOWN})
             out.append({"side": side, "seed": e.seed,
                         "source": e.source if e.source == "run" else display_path(e.source),
                         "run_dir": display_path(e.run_dir), "layout": e.layout,
-                        "made_by": e.made_by})
+                        "made_by": e.made_by, **ex})
     return out
 
 
+def _seed_ranges(seeds: list[int]) -> str:
+    """``[0, 1, 2, 4]`` as ``0-2, 4``."""
+    out, seeds = [], sorted(seeds)
+    i = 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        out.append(str(seeds[i]) if i == j else f"{seeds[i]}-{seeds[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def platform_parts(result: dict) -> dict[str, list[dict]]:
+    """Per side its parts by where the runs ran: ``[{"platform", "precision", "seeds"}]``
+    in order of first seed (one part for a side that ran on one platform and precision;
+    several for a side pooled from several)."""
+    parts: dict[str, dict] = {"reference": {}, "candidate": {}}
+    for r in source_rows(result):
+        parts[r["side"]].setdefault((r["platform"], r["precision"]), []).append(r["seed"])
+    return {side: [{"platform": k[0], "precision": k[1], "seeds": v} for k, v in d.items()]
+            for side, d in parts.items()}
+
+
+def platform_text(part: dict) -> str:
+    """One part of :func:`platform_parts` as ``tpu/highest (s0-9)``."""
+    return f"{part['platform']}/{part['precision']} (s{_seed_ranges(part['seeds'])})"
+
+
 def source_keys(result: dict) -> dict:
-    """``source.<side>.s<S>`` and ``made_by.<side>.s<S>`` of every seed (:func:`source_rows`)."""
+    """Per seed ``source.<side>.s<S>``, ``made_by.<side>.s<S>``, ``platform.<side>.s<S>``
+    and ``precision.<side>.s<S>`` (:func:`source_rows`), and per side ``platform.<side>``:
+    its parts joined by ``; `` (:func:`platform_parts`, e.g. ``cpu/default (s0-9);
+    tpu/highest (s10-29)``)."""
     out = {}
     for r in source_rows(result):
         out[f"source.{r['side']}.s{r['seed']}"] = r["source"]
         out[f"made_by.{r['side']}.s{r['seed']}"] = r["made_by"]
+        out[f"platform.{r['side']}.s{r['seed']}"] = r["platform"]
+        out[f"precision.{r['side']}.s{r['seed']}"] = r["precision"]
+    for side, parts in platform_parts(result).items():
+        if parts:
+            out[f"platform.{side}"] = "; ".join(platform_text(p) for p in parts)
     return out
 
 

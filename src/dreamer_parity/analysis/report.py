@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from dreamer_parity.analysis import stats
-from dreamer_parity.analysis.metrics_out import atomic_text, source_rows
+from dreamer_parity.analysis.metrics_out import (atomic_text, platform_parts, platform_text,
+                                                 source_rows)
 
 __all__ = ["render", "write_report", "known_differences", "plain_words"]
 
@@ -328,11 +329,21 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     L += [f"* Note: {n}" for n in notes]
     L += ["", "## Sources", "",
           "Where each seed's run comes from (`candidate.source`, `reference.source`; "
-          "docs/SIDES.md) and which implementation made it.", "",
-          "| side | seed | source | run directory | layout | made by |", "|---|---|---|---|---|---|"]
+          "docs/SIDES.md), which implementation made it, and where it ran: the jax "
+          "platform and matmul precision its `run.json` records (`unknown`: it records "
+          "none).", "",
+          "| side | seed | source | run directory | layout | made by | platform | precision |",
+          "|---|---|---|---|---|---|---|---|"]
     for r in source_rows(result):
         L.append(f"| {r['side']} | {r['seed']} | `{r['source']}` | `{r['run_dir']}` | "
-                 f"{r['layout']} | {r['made_by']} |")
+                 f"{r['layout']} | {r['made_by']} | {r['platform']} | {r['precision']} |")
+    L.append("")
+    for side, parts in platform_parts(result).items():
+        if parts:
+            L.append(f"* {side.capitalize()} side: "
+                     + "; ".join(platform_text(p) for p in parts)
+                     + (f" (pooled from {len(parts)} platform/precision parts)"
+                        if len(parts) > 1 else "") + ".")
     L += ["", "## Parameters", "", "| key | value |", "|---|---|"]
     for k, v in (("round", p["round"]), ("decode", p["decode"]), ("profile", p["profile"]),
                  ("seeds", p["seeds"]), ("rows", p["rows"]), ("eval_every", p["eval_every"]),

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["AnalysisError", "Run", "display_path"]
+__all__ = ["AnalysisError", "Run", "display_path", "execution", "UNKNOWN"]
+
+#: What :func:`execution` says of a run that records no jax backend (the published runs).
+UNKNOWN = "unknown"
 
 
 class AnalysisError(ValueError):
@@ -90,3 +93,23 @@ class Run:
     def __post_init__(self):
         if self.made_by is None:
             self.made_by = self.side
+
+
+def execution(run: Run) -> dict:
+    """Where a run's jax programs ran, as its ``run.json`` records it.
+
+    Read from ``provenance.backend`` (:func:`dreamer_parity.provenance.backend`, which both
+    sides' runs record): ``platform`` (``jax.default_backend()``: ``cpu``, ``tpu``, ...)
+    and ``precision`` (``jax_default_matmul_precision``; ``default`` when none was set).
+
+    Returns:
+      ``{"platform": str, "precision": str}``; :data:`UNKNOWN` for what the run does not
+      record (a published run, a backend recorded with an error).
+    """
+    prov = (run.run_info or {}).get("provenance") or {}
+    backend = prov.get("backend") if isinstance(prov, dict) else None
+    if not isinstance(backend, dict) or not isinstance(backend.get("platform"), str):
+        return {"platform": UNKNOWN, "precision": UNKNOWN}
+    precision = backend.get("matmul_precision")
+    return {"platform": backend["platform"],
+            "precision": "default" if precision is None else str(precision)}

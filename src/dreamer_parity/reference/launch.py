@@ -10,20 +10,27 @@ Steps, each failing with one line (exit status 2) before any compute:
 1. validate ``--params`` with :func:`dreamer_parity.params.load` and the seed (a
    non-negative integer) (which seeds run here is the pipeline's decision,
    :func:`dreamer_parity.sides.runs_here`);
-2. check the set-up (:func:`dreamer_parity.reference.setup.check_setup`): the checkout
-   at 29eb964, clean, and the venv matching the lock; else name ``make reference-setup``;
+2. check the set-up of the environment ``reference.jax`` names
+   (:func:`dreamer_parity.reference.setup.check_setup`): the checkout at 29eb964, clean,
+   and the venv matching its lock (``requirements-reference.lock``, or
+   ``requirements-reference-jax010.lock`` for 0.10.2); else name the set-up command;
    jax, jaxlib and numpy of the venv first, one line naming the package, installed and
-   pinned version (:func:`dreamer_parity.provenance.check_pins`; with
-   ``DREAMER_PARITY_ALLOW_VERSIONS=1`` the launch goes on and the run records the override);
+   pinned version (:func:`dreamer_parity.provenance.check_pins`, for 0.10.2 against the
+   version set ``reference-jax010``'s own lock; with ``DREAMER_PARITY_ALLOW_VERSIONS=1``
+   the launch goes on and the run records the override);
 3. the output directory: refuse one that holds a completed run (``DONE.json``), never
    resuming or overwriting it; remove an incomplete one (a killed run) and say so, because
    a reference run cannot be resumed faithfully (deviation D6: no checkpoint of the
    ratio state, the online queue or the sampler RNG), so the seed starts from scratch;
 4. run :mod:`dreamer_parity.reference.runner` under the reference venv's python with the
-   arguments as JSON, ``JAX_PLATFORMS=cpu``, the persistent compilation cache
-   ``<root>/jaxcache``, ``PYTHONDONTWRITEBYTECODE=1`` (nothing written into the checkout),
-   the checkout and this repository's ``src`` on ``PYTHONPATH``.  The runner's stdout
-   (the reference's own prints) goes to ``<out>/stdout.log``; progress comes on stderr.
+   arguments as JSON, ``JAX_PLATFORMS`` of ``reference.platform`` (:data:`JAX_PLATFORMS`),
+   the environment's persistent compilation cache (``<root>/jaxcache``,
+   ``<root>/jaxcache-jax010``), ``PYTHONDONTWRITEBYTECODE=1`` (nothing written into the
+   checkout), this repository's ``src`` and the checkout on ``PYTHONPATH`` (before the
+   caller's ``PYTHONPATH`` when the interpreter is a given one,
+   ``$DREAMER_PARITY_REF_INTERPRETER``: that machine's jax lives there; in place of it
+   otherwise).  The runner's stdout (the reference's own prints) goes to
+   ``<out>/stdout.log``; progress comes on stderr.
 
 Exit status: the runner's (0 ok, 1 the run failed and says why in ``DONE.json``), 2 for
 bad input.
@@ -56,8 +63,12 @@ D6_MESSAGE = ("a reference run cannot be resumed (deviation D6: no checkpoint of
               "state, online queue or sampler RNG); starting this seed from scratch")
 
 
-#: The reference venv's lock (its jax, jaxlib and numpy are checked before a launch).
+#: The reference venv's lock (its jax, jaxlib and numpy are checked before a launch); the
+#: lock of environment ``reference.jax`` is :func:`dreamer_parity.reference.setup.lock_file`.
 REFERENCE_LOCK = provenance.REPO_ROOT / "requirements-reference.lock"
+#: ``JAX_PLATFORMS`` of each ``reference.platform``: the chip first, the CPU beside it (the
+#: runner checks that the backend is the platform asked for).
+JAX_PLATFORMS = {"cpu": "cpu", "tpu": "tpu,cpu"}
 
 
 class LaunchError(RuntimeError):
@@ -126,10 +137,13 @@ def runner_command(info: dict, seed: int, out: Path, p: dict) -> tuple[list[str]
     env = dict(os.environ)
     for k in ("PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"):
         env.pop(k, None)
+    path = [str(src), str(info["checkout"])]
+    if info.get("interpreter") == "given" and env.get("PYTHONPATH"):
+        path.append(env["PYTHONPATH"])     # that machine's jax and the carried wheels
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(src), str(info["checkout"])]),
+        "PYTHONPATH": os.pathsep.join(path),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "JAX_PLATFORMS": "cpu",
+        "JAX_PLATFORMS": JAX_PLATFORMS[p["reference"]["platform"]],
         "JAX_COMPILATION_CACHE_DIR": str(info["jaxcache"]),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     })
@@ -185,13 +199,15 @@ def launch(p: dict, seed: int, out_dir, root=None) -> int:
         out = Path(out_dir).resolve()
         if (out / records.DONE).exists():
             prepare_out_dir(out)  # refuses a completed run, whatever the set-up
+        jax = p["reference"]["jax"]
         try:
-            info = ref_setup.check_setup(root, check_packages=False)
-            # jax, jaxlib, numpy of the reference venv against requirements-reference.lock
+            info = ref_setup.check_setup(root, check_packages=False, jax=jax)
+            # jax, jaxlib, numpy of the reference venv against its environment's lock
             # (one line naming the package), then every other package (unless overridden)
-            pins = provenance.check_pins(REFERENCE_LOCK, python=info["python"])
+            pins = provenance.check_pins(ref_setup.lock_file(jax), python=info["python"],
+                                         version_set=info["version_set"])
             if not pins["override"]:
-                ref_setup.check_setup(root)
+                ref_setup.check_setup(root, jax=jax)
         except ref_setup.SetupError as e:
             raise LaunchError(str(e)) from None
         prepare_out_dir(out)
@@ -205,11 +221,15 @@ def launch(p: dict, seed: int, out_dir, root=None) -> int:
     info["jaxcache"].mkdir(parents=True, exist_ok=True)
     cmd, env = runner_command(info, seed, out, p)
     env.pop(provenance.CHECKED_ENV, None)
+    env.pop(provenance.VERSION_SET_ENV, None)
     if pins["checked"]:
         env[provenance.CHECKED_ENV] = "1"   # the runner's run.json records versions_checked
+        if info["version_set"] and not pins["override"]:
+            env[provenance.VERSION_SET_ENV] = info["version_set"]   # ... and its version set
+    r = p["reference"]
     print(f"reference launch: seed {seed}, profile {p['profile']}, rows {p['rows']}, "
-          f"decode {p['reference']['decode']}, sampler {p['reference']['sampler']}",
-          file=sys.stderr, flush=True)
+          f"decode {r['decode']}, sampler {r['sampler']}, jax {r['jax']}, platform "
+          f"{r['platform']}, precision {r['precision']}", file=sys.stderr, flush=True)
     with open(out / "stdout.log", "w") as log:
         code = subprocess.call(cmd, env=env, cwd=str(out), stdout=log)
     if code != 0:

@@ -1,13 +1,20 @@
 """Run the unmodified reference (danijar/dreamerv3 at 29eb964) on CartPole for one seed.
 
-Runs inside the reference venv (jax 0.4.26; no PyYAML), with the checkout and this
-repository's ``src`` on ``PYTHONPATH`` (see :mod:`dreamer_parity.reference.launch`, which
-is the normal entry point).  Command line::
+Runs inside the reference venv (jax 0.4.26, or 0.10.2 with ``reference.jax: 0.10.2``;
+no PyYAML), with the checkout and this repository's ``src`` on ``PYTHONPATH`` (see
+:mod:`dreamer_parity.reference.launch`, which is the normal entry point).  Command line::
 
     python -m dreamer_parity.reference.runner --json '{"seed": 0, "out": "DIR",
         "profile": "smoke", "rows": 1200, "eval_every": 400, "eval_episodes": 2,
-        "decode": "ref", "sampler": "stock"}'
+        "decode": "ref", "sampler": "stock", "jax": "0.4.26", "platform": "cpu",
+        "precision": "default"}'
     python -m dreamer_parity.reference.runner --seed 0 --out DIR --profile smoke ...
+
+Before the reference is imported, jax is imported (on the platform the launcher put in
+``JAX_PLATFORMS``), the environment's shims are applied
+(:mod:`dreamer_parity.reference.shims`; none on jax 0.4.26), ``precision`` other than
+``default`` is set as ``jax_default_matmul_precision``, and the backend must be
+``platform`` (else exit 2 before anything is written).
 
 What runs is the reference's own ``embodied.run.train`` (``embodied/run/train.py:9-128``)
 with its Driver, Replay (the stock ``dreamerv3.main.make_replay``), Agent and the stock
@@ -62,11 +69,12 @@ import numpy as np
 from dreamer_parity import params as params_mod
 from dreamer_parity import provenance, records, schedule
 from dreamer_parity.cartpole_port import make_embodied_env
-from dreamer_parity.reference import patches
+from dreamer_parity.reference import patches, shims
+from dreamer_parity.reference import setup as ref_setup
 
 __all__ = ["overrides", "PARAM_ARGS", "RUN_PARAMS", "REFERENCE_PARAMS", "arguments", "RunArgs",
            "parse_args", "Instrument", "AgentProxy", "run", "main", "EVAL_ENTROPY",
-           "EVAL_SEED_ENTROPY", "MAX_EVAL_STEPS"]
+           "EVAL_SEED_ENTROPY", "MAX_EVAL_STEPS", "prepare_jax", "PlatformError"]
 
 #: Entropy of evaluation env i's resets: ``[seed, EVAL_ENTROPY, i]`` (PROTOCOL.md 4.2).
 EVAL_ENTROPY = 7_000_001
@@ -78,7 +86,8 @@ LOGDIR = "logdir"
 STOCK_CHECKPOINT = "checkpoint.ckpt"
 
 
-def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR) -> dict:
+def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR,
+              platform: str = "cpu") -> dict:
     """The complete override set of PROTOCOL.md section 1 for one run.
 
     Args:
@@ -86,6 +95,7 @@ def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR) -> dict:
       profile: ``"full"`` or ``"smoke"`` (widths of ``params.PROFILES``).
       rows: ``run.steps``, rows over all 16 envs.
       logdir: the reference's logdir (relative to the working directory).
+      platform: ``jax.platform`` (``reference.platform``; ``cpu`` as the protocol has it).
 
     Returns:
       ``{dotted reference key: value}``, applied with ``embodied.Config.update``.
@@ -93,7 +103,7 @@ def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR) -> dict:
     w = params_mod.PROFILES[profile]
     return {
         "seed": int(seed), "task": "gymnax_cartpole", "logdir": logdir,
-        "jax.platform": "cpu", "jax.compute_dtype": "float32", "jax.param_dtype": "float32",
+        "jax.platform": platform, "jax.compute_dtype": "float32", "jax.param_dtype": "float32",
         "jax.prealloc": False, "jax.transfer_guard": False,
         "dyn.rssm.deter": w["deter"], "dyn.rssm.hidden": w["hidden"],
         "dyn.rssm.classes": w["classes"], r".*\.units": w["units"],
@@ -106,11 +116,11 @@ def overrides(seed: int, profile: str, rows: int, logdir: str = LOGDIR) -> dict:
 #: The runner's arguments: the keys of ``--json`` and, with ``-`` for ``_``, its flags
 #: (``--eval-every``).  Every other list of them is derived from this one.
 PARAM_ARGS = ("seed", "out", "profile", "rows", "eval_every", "eval_episodes", "decode",
-              "sampler")
+              "sampler", "jax", "platform", "precision")
 #: The arguments that are run parameters (params.yaml keys; all but ``seed`` and ``out``).
 RUN_PARAMS = PARAM_ARGS[2:]
 #: The run parameters that params.yaml nests under ``reference``.
-REFERENCE_PARAMS = ("decode", "sampler")
+REFERENCE_PARAMS = ("decode", "sampler", "jax", "platform", "precision")
 
 
 def arguments(seed: int, out, p: dict) -> dict:
@@ -528,17 +538,71 @@ def _remove_stock_checkpoint(logdir: Path) -> None:
         (logdir / name).unlink(missing_ok=True)
 
 
+class PlatformError(RuntimeError):
+    """jax is not what the run asks for: another backend than ``platform``, or another
+    version than the environment's shims are for; one-line message."""
+
+
+def prepare_jax(args: RunArgs) -> dict:
+    """Import jax, apply the environment's shims and the matmul precision, check the backend.
+
+    Called before the reference (and tensorflow-probability) is imported.
+
+    Returns:
+      ``run.json``'s ``environment``: ``{"jax", "version_set", "lock", "interpreter",
+      "off_lock", "shims", "threefry_partitionable", "platform", "precision", "backend",
+      "device_kind", "matmul_precision"}``: the environment asked for (``jax``) with its
+      version set and lock, ``venv`` or ``given`` (``$DREAMER_PARITY_REF_INTERPRETER``),
+      the lock's packages whose installed versions differ from it, the shims applied,
+      ``jax_threefry_partitionable``, the platform and precision asked for, and what jax
+      reports: ``jax.default_backend()``, the first device's kind and
+      ``jax_default_matmul_precision`` (None: jax's default).
+
+    Raises:
+      PlatformError: the backend is not ``args.platform``, or the environment's shims do
+        not fit the installed jax.
+    """
+    import jax
+
+    try:
+        applied = shims.apply(args.jax)
+    except ValueError as e:
+        raise PlatformError(str(e)) from None
+    if args.precision != "default":
+        jax.config.update("jax_default_matmul_precision", args.precision)
+    backend = jax.default_backend()
+    if backend != args.platform:
+        raise PlatformError(f"reference.platform {args.platform}: jax runs on {backend} "
+                            f"(JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')!r})")
+    env = ref_setup.environment(args.jax)
+    pins = ref_setup.read_lock(ref_setup.lock_file(args.jax))
+    diff = ref_setup.lock_differences(pins, ref_setup.installed_here(pins))
+    precision = jax.config.jax_default_matmul_precision
+    return {
+        "jax": args.jax, "version_set": env["version_set"], "lock": env["lock"],
+        "interpreter": "given" if os.environ.get(ref_setup.INTERPRETER_ENV) else "venv",
+        "off_lock": diff["missing"] + diff["pinned"] + diff["off_lock"],
+        "shims": applied, "threefry_partitionable": shims.threefry_partitionable(),
+        "platform": args.platform, "precision": args.precision, "backend": backend,
+        "device_kind": jax.devices()[0].device_kind,
+        "matmul_precision": None if precision is None else str(precision),
+    }
+
+
 def run(args: RunArgs) -> int:
     """Run one seed (see module doc); returns the exit status (0 ok, 1 failed).
 
     Raises:
       FileExistsError: ``out`` already holds ``DONE.json`` or a ``logdir`` (the stock
         ``Checkpoint.load_or_save`` would resume from it).
+      PlatformError: jax runs on another backend than ``platform``, or is another version
+        than the environment's (nothing written).
     """
     out = args.out.resolve()
     args.out = out
     if (out / records.DONE).exists() or (out / LOGDIR).exists():
         raise FileExistsError(f"{out} already holds a run; the runner needs a fresh directory")
+    environment = prepare_jax(args)
     out.mkdir(parents=True, exist_ok=True)
     os.chdir(out)
 
@@ -550,7 +614,7 @@ def run(args: RunArgs) -> int:
     checkout = Path(embodied.__file__).resolve().parents[1]
     replaced = patches.apply(args.decode, args.sampler, args.seed)
 
-    ovr = overrides(args.seed, args.profile, args.rows)
+    ovr = overrides(args.seed, args.profile, args.rows, platform=args.platform)
     config = embodied.Config(agt.Agent.configs["defaults"]).update(ovr)
     # As dreamerv3/main.py:35-47 (stock replay lengths and loop arguments).
     config = config.update(
@@ -578,7 +642,9 @@ def run(args: RunArgs) -> int:
             "dreamerv3.agent": provenance.relative_to_roots(agt.__file__, roots),
             "dreamerv3": provenance.relative_to_roots(dreamerv3.__file__, roots),
         },
-        "provenance": provenance.collect(extra_trees={"reference": checkout}),
+        "environment": environment,
+        "provenance": {**provenance.collect(),
+                       "reference": ref_setup.checkout_state(checkout)},
     }
     records.write_json(out / "run.json", run_json)
 
@@ -632,7 +698,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     try:
         code = run(args)
-    except FileExistsError as e:
+    except (FileExistsError, PlatformError) as e:
         print(f"reference runner: error: {e}", file=sys.stderr)
         code = 2
     sys.stdout.flush()

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""One reference seed on the lent TPU machine in one device call, and what that call carries.
+
+**Here** (main venv, with network; ``make tpu-reference``)::
+
+    python benchmarks/device_reference.py --prepare .tpu-ref
+
+fills the git-ignored ``.tpu-ref/`` with what the TPU machine lacks for the reference on
+jax 0.10.2 (``reference.jax: 0.10.2``):
+
+* ``wheels/``: one wheel per package of ``requirements-reference-jax010.lock`` that the
+  machine does not hold (all but :data:`PREINSTALLED`, which it holds at the lock's
+  versions), and PyYAML (``requirements.lock``'s version; the pipeline reads params.yaml
+  with it), for CPython 3.11 on x86-64 Linux, the oldest manylinux tag first;
+* ``dreamerv3-29eb964.tar.gz``: the export of the reference checkout
+  (``python -m dreamer_parity.reference.setup --export``), which proves its commit without
+  git.
+
+**There** (the device machine: its ``python3`` holds jax, jaxlib 0.10.2, numpy, scipy)::
+
+    python3 benchmarks/device_reference.py --seed S --name NAME
+
+in one command, with the call carrying ``[".tpu-ref"]``:
+
+1. installs the wheels into ``--site`` (``/tmp/site``; ``pip --no-index --no-deps
+   --target``), put at the end of ``PYTHONPATH`` so that the machine's own jax stays first
+   (skipped when that folder already holds them: a warm machine);
+2. sets the reference up under ``--root`` (default as ``reference.setup``: the per-user
+   cache in ``$HOME``, so its compilation cache ``jaxcache-jax010`` serves the next call on
+   a warm machine) from the export, with this interpreter as the reference's
+   (``DREAMER_PARITY_REF_INTERPRETER``): no venv is made;
+3. writes the round's parameters (:func:`device_params`: round 3's protocol, 24,000 rows,
+   an evaluation every 400 rows with 10 episodes, decode exact, sampler per_run, and
+   ``reference.jax: 0.10.2``, ``platform: tpu``, ``precision: highest``; ``--set KEY=VALUE``
+   changes one) and runs the seed through the pipeline's reference stage
+   (``python -m dreamer_parity.pipeline --params P reference --seed S --out RUN``);
+4. on success (``DONE.json`` status ok) writes ``$OUT/NAME.tar.gz``
+   (:func:`dreamer_parity.archive.pack`: ``reference/s<S>/`` with ``records.jsonl``,
+   ``episodes.jsonl``, ``run.json``, ``timing.json`` and ``DONE.json``; no ``params.npz``),
+   written under a temporary name and renamed when complete: a call cut before that leaves
+   no archive, and an unfinished run never has a ``DONE.json``.  ``$OUT/NAME.log`` holds
+   this script's output in every case.
+
+Back here: ``python -m dreamer_parity.keep NAME.tar.gz data/runs/<name> --params
+params.yaml`` (docs/REFERENCE_RUN.md).
+
+Exit status: 0 archived; 1 the run failed (no archive); 2 bad input or a set-up failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from dreamer_parity import archive  # noqa: E402  (standard library only)
+from dreamer_parity import params as P  # noqa: E402
+from dreamer_parity import provenance, records  # noqa: E402
+from dreamer_parity.reference import setup as ref_setup  # noqa: E402
+
+#: What the lent TPU machine holds besides Python 3.11 (TPU_FACTS, the tool's KINDS.md):
+#: jax and what jax needs, at requirements.lock's versions.
+PREINSTALLED = ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum")
+#: Besides the reference's lock: what the pipeline's own side needs there (params.load).
+ALSO = ("PyYAML",)
+#: pip's platform tags, the oldest glibc first (pip prefers the earlier tag).
+PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_26_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64")
+#: The environment the device runs.
+JAX = "0.10.2"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wanted_wheels() -> dict[str, str]:
+    """``{name: version}`` of the wheels the device call carries (module doc)."""
+    lock = ref_setup.read_lock(ref_setup.lock_file(JAX))
+    main = provenance.read_pins(REPO / "requirements.lock")
+    out = {n: v for n, v in lock.items() if n not in PREINSTALLED}
+    for n in ALSO:
+        if _norm(n) not in main:
+            raise RuntimeError(f"requirements.lock pins no version of {n}")
+        out[_norm(n)] = main[_norm(n)]
+    return dict(sorted(out.items()))
+
+
+def wheel_name(path: Path) -> tuple[str, str]:
+    """``(normalised name, version)`` of a wheel file name."""
+    name, version = Path(path).name.split("-")[:2]
+    return _norm(name), version
+
+
+def download_wheels(dest) -> list[Path]:
+    """Download :func:`wanted_wheels` into ``dest`` (no dependencies, CPython 3.11 x86-64
+    Linux), removing other wheels there; exactly one wheel per package.
+
+    Raises:
+      RuntimeError: pip's last line, or a package without exactly one wheel.
+    """
+    want = wanted_wheels()
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.whl"):
+        if want.get(wheel_name(old)[0]) != wheel_name(old)[1]:
+            old.unlink()
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+           "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+           "--abi", "abi3", "--abi", "none", "--disable-pip-version-check", "-d", str(dest)]
+    for tag in PLATFORMS:
+        cmd += ["--platform", tag]
+    r = subprocess.run(cmd + [f"{n}=={v}" for n, v in want.items()], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"pip download failed: "
+                           f"{(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
+    found: dict[str, list[Path]] = {}
+    for w in dest.glob("*.whl"):
+        found.setdefault(wheel_name(w)[0], []).append(w)
+    bad = [n for n in want if len(found.get(n, [])) != 1]
+    if bad:
+        raise RuntimeError(f"not exactly one wheel for {', '.join(bad)}")
+    return sorted(dest.glob("*.whl"))
+
+
+def prepare(carry, source=None) -> dict:
+    """Fill ``carry`` (module doc); return ``{"wheels_mib", "export_mib", "wheels"}``."""
+    carry = Path(carry)
+    wheels = download_wheels(carry / "wheels")
+    archive = ref_setup.export(carry, source, log=lambda m: None)
+    mib = lambda n: round(n / 2**20, 2)  # noqa: E731
+    return {"wheels": [w.name for w in wheels],
+            "wheels_mib": mib(sum(w.stat().st_size for w in wheels)),
+            "export_mib": mib(archive.stat().st_size)}
+
+
+def device_params(seed: int, sets=()) -> dict:
+    """The parameters of one device seed: round 3's protocol on the TPU with
+    ``reference.jax`` 0.10.2 and precision ``highest``, ``sets`` (``KEY=VALUE``, dotted
+    keys, values parsed as YAML/JSON scalars) applied, validated.  The statistics keys,
+    which the reference stage does not read, are set to the smallest valid ones.
+
+    Raises:
+      ParamsError: a bad value (the one-line message every entry point prints).
+    """
+    flat = {"round": "device-reference", "profile": "full", "seeds": [seed], "rows": 24000,
+            "eval_every": 400, "eval_episodes": 10, "reference.decode": "exact",
+            "reference.sampler": "per_run", "reference.jax": JAX, "reference.platform": "tpu",
+            "reference.precision": "highest", "reference.source": "run"}
+    for s in sets:
+        key, sep, value = s.partition("=")
+        if not sep or not key:
+            raise P.ParamsError(key or s, f"--set {s!r}: expected KEY=VALUE")
+        try:
+            flat[key] = json.loads(value)
+        except ValueError:
+            flat[key] = value
+    if flat.get("seeds") != [seed]:
+        raise P.ParamsError("seeds", f"the device runs seed {seed} alone (--seed)")
+    rows = flat.get("rows")
+    flat.update({"stats.s1_rows": [rows], "stats.late_rows": [], "stats.concordance_rows": [rows],
+                 "stats.concordance_range": []})
+    nested: dict = {}
+    for key, v in flat.items():
+        *parents, last = key.split(".")
+        d = nested
+        for k in parents:
+            d = d.setdefault(k, {})
+        d[last] = v
+    return P.validate(nested, where="--set")
+
+
+def archive_run(run_dir, out_dir, name: str) -> Path | None:
+    """``out_dir/name.tar.gz`` of a finished reference run (``DONE.json`` status ok, naming
+    its ``run.json``), :func:`dreamer_parity.archive.pack`: written under a temporary name
+    and renamed when complete.  None (nothing written) for a run without ``DONE.json``, a
+    failed one, or one whose files disagree."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    try:
+        done = records.read_done(run_dir)
+        seed = records.read_run_info(run_dir / "run.json")["seed"]
+        if done.get("status") != "ok" or not records.done_agrees(run_dir, done, "reference",
+                                                                 seed):
+            return None
+        return archive.pack([run_dir], out_dir / f"{name}.tar.gz", "reference")
+    except (records.RecordError, archive.ArchiveError, KeyError):
+        return None
+
+
+class _Log:
+    """Lines to stdout and to ``path``."""
+
+    def __init__(self, path: Path | None):
+        self.f = open(path, "a") if path else None
+
+    def __call__(self, msg: str) -> None:
+        print(msg, flush=True)
+        if self.f:
+            self.f.write(msg + "\n")
+            self.f.flush()
+
+
+def _run(cmd, env, log, cwd=REPO) -> int:
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        log(line.rstrip("\n"))
+    return proc.wait()
+
+
+def install_wheels(wheels: Path, site: Path, log) -> str:
+    """Install every wheel of ``wheels`` into ``site`` (unless a stamp says that set is
+    there already); returns what was done."""
+    files = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
+    if not files:
+        return "no wheels carried"
+    stamp = site / (".installed-" + hashlib.sha256(
+        "\n".join(f.name for f in files).encode()).hexdigest()[:16])
+    if stamp.exists():
+        return f"{len(files)} wheels already in {site}"
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q",
+                        "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
+                        "--disable-pip-version-check", "--target", str(site),
+                        *map(str, files)], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"pip install of the carried wheels failed: "
+                           f"{(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
+    stamp.write_text("\n".join(f.name for f in files) + "\n")
+    return f"{len(files)} wheels installed into {site}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="benchmarks/device_reference.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prepare", metavar="DIR", default=None,
+                    help="here: fill DIR with the wheels and the export, and exit")
+    ap.add_argument("--source", default=None,
+                    help="--prepare: a local git directory holding the reference commit "
+                         "(default: $DREAMER_PARITY_REF_SOURCE or the set-up checkout)")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--name", default=None, help="the archive's name: NAME.tar.gz in --out-dir")
+    ap.add_argument("--carry", default=str(REPO / ".tpu-ref"),
+                    help="the carried folder (wheels/ and the export; default .tpu-ref)")
+    ap.add_argument("--site", default="/tmp/site", help="where the wheels are installed")
+    ap.add_argument("--root", default=None, help="reference set-up root (default as "
+                                                 "python -m dreamer_parity.reference.setup)")
+    ap.add_argument("--work", default=None,
+                    help="where the run is made (default /tmp/device-reference/NAME)")
+    ap.add_argument("--out-dir", default=os.environ.get("OUT"),
+                    help="where the archive and the log go (default $OUT)")
+    ap.add_argument("--interpreter", default=sys.executable,
+                    help="the reference's interpreter (default this one)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a parameter (e.g. reference.platform=cpu, profile=smoke)")
+    a = ap.parse_args(argv)
+    if a.prepare:
+        try:
+            got = prepare(a.prepare, a.source)
+        except (RuntimeError, ref_setup.SetupError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{a.prepare}: {len(got['wheels'])} wheels, {got['wheels_mib']} MiB; export "
+              f"{got['export_mib']} MiB; a device call carries [\"{Path(a.prepare).name}\"]")
+        return 0
+    if a.seed is None or a.name is None or not a.out_dir:
+        print("error: --seed, --name and --out-dir (or $OUT) are needed", file=sys.stderr)
+        return 2
+    if a.seed < 0 or not NAME_PATTERN.fullmatch(a.name):
+        print(f"error: --seed must be non-negative and --name letters, digits, '.', '_', '-' "
+              f"(got {a.seed}, {a.name!r})", file=sys.stderr)
+        return 2
+    try:
+        p = device_params(a.seed, a.set)
+    except P.ParamsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = _Log(out_dir / f"{a.name}.log")
+    work = Path(a.work or f"/tmp/device-reference/{a.name}")
+    run_dir = records.run_dir(work / "results", "reference", a.seed)
+    carry, site = Path(a.carry), Path(a.site)
+    t0 = time.time()
+    env = dict(os.environ)
+    try:
+        log(f"[device] {install_wheels(carry / 'wheels', site, log)} ({time.time() - t0:.1f} s)")
+    except RuntimeError as e:
+        log(f"[device] error: {e}")
+        return 2
+    path = [str(REPO / "src")] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
+    if (carry / "wheels").is_dir():
+        path.append(str(site))          # last: the machine's own jax stays first
+    env.update({"PYTHONPATH": os.pathsep.join(path), "PYTHONUNBUFFERED": "1",
+                "DREAMER_PARITY_REF_SOURCE": str(carry),
+                ref_setup.INTERPRETER_ENV: a.interpreter})
+    if a.root:
+        env["DREAMER_PARITY_REF_ROOT"] = a.root
+    t1 = time.time()
+    code = _run([sys.executable, "-m", "dreamer_parity.reference.setup", "--jax", JAX], env, log)
+    log(f"[device] set-up exit {code} ({time.time() - t1:.1f} s)")
+    if code != 0:
+        return 2
+    work.mkdir(parents=True, exist_ok=True)
+    pfile = work / "params.yaml"
+    pfile.write_text(json.dumps(p, indent=1) + "\n")   # JSON is YAML
+    r = p["reference"]
+    log(f"[device] seed {a.seed}: profile {p['profile']}, rows {p['rows']}, eval every "
+        f"{p['eval_every']} ({p['eval_episodes']} episodes), decode {r['decode']}, sampler "
+        f"{r['sampler']}, jax {r['jax']}, platform {r['platform']}, precision {r['precision']}")
+    t2 = time.time()
+    if run_dir.exists() and (run_dir / records.DONE).exists():
+        log(f"[device] {run_dir} already holds a finished run: archived as it is")
+        code = 0
+    else:
+        code = _run([sys.executable, "-m", "dreamer_parity.pipeline", "--params", str(pfile),
+                     "reference", "--seed", str(a.seed), "--out", str(run_dir)], env, log)
+    log(f"[device] run exit {code} ({time.time() - t2:.1f} s)")
+    target = archive_run(run_dir, out_dir, a.name) if code == 0 else None
+    if target is None:
+        log(f"[device] no archive: the run did not finish ok")
+        return 1
+    try:
+        timing = records.read_json(run_dir / "timing.json")
+        env_rec = records.read_json(run_dir / "run.json").get("environment", {})
+        log(f"[device] {env_rec.get('backend')} ({env_rec.get('device_kind')}), precision "
+            f"{env_rec.get('matmul_precision')}, shims {env_rec.get('shims')}; build and compile "
+            f"{timing.get('build_compile_s', 0):.1f} s, {timing.get('updates')} updates at "
+            f"{1000 * (timing.get('s_per_update_loop') or 0):.1f} ms, evaluations "
+            f"{timing.get('eval_s_total', 0):.1f} s, loop {timing.get('loop_s', 0):.1f} s")
+    except (records.RecordError, TypeError, ValueError):
+        pass
+    log(f"[device] archived {target.name} ({target.stat().st_size / 2**10:.0f} KiB) "
+        f"in {time.time() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
