@@ -147,37 +147,25 @@ def prepare(carry, source=None) -> dict:
 
 def device_params(seed: int, sets=()) -> dict:
     """The parameters of one device seed: round 3's protocol on the TPU with
-    ``reference.jax`` 0.10.2 and precision ``highest``, ``sets`` (``KEY=VALUE``, dotted
-    keys, values parsed as YAML/JSON scalars) applied, validated.  The statistics keys,
+    ``reference.jax`` 0.10.2 and precision ``highest``, ``sets`` (``KEY=VALUE``,
+    :func:`dreamer_parity.params.apply_set`) applied, validated.  The statistics keys,
     which the reference stage does not read, are set to the smallest valid ones.
 
     Raises:
       ParamsError: a bad value (the one-line message every entry point prints).
     """
-    flat = {"round": "device-reference", "profile": "full", "seeds": [seed], "rows": 24000,
-            "eval_every": 400, "eval_episodes": 10, "reference.decode": "exact",
-            "reference.sampler": "per_run", "reference.jax": JAX, "reference.platform": "tpu",
-            "reference.precision": "highest", "reference.source": "run"}
+    raw = {"round": "device-reference", "profile": "full", "seeds": [seed], "rows": 24000,
+           "eval_every": 400, "eval_episodes": 10,
+           "reference": {"decode": "exact", "sampler": "per_run", "jax": JAX, "platform": "tpu",
+                         "precision": "highest", "source": "run"}}
     for s in sets:
-        key, sep, value = s.partition("=")
-        if not sep or not key:
-            raise P.ParamsError(key or s, f"--set {s!r}: expected KEY=VALUE")
-        try:
-            flat[key] = json.loads(value)
-        except ValueError:
-            flat[key] = value
-    if flat.get("seeds") != [seed]:
+        P.apply_set(raw, s)
+    if raw.get("seeds") != [seed]:
         raise P.ParamsError("seeds", f"the device runs seed {seed} alone (--seed)")
-    rows = flat.get("rows")
-    flat.update({"stats.s1_rows": [rows], "stats.late_rows": [], "stats.concordance_rows": [rows],
-                 "stats.concordance_range": []})
-    nested: dict = {}
-    for key, v in flat.items():
-        *parents, last = key.split(".")
-        d = nested
-        for k in parents:
-            d = d.setdefault(k, {})
-        d[last] = v
+    rows = raw.get("rows")
+    raw["stats"] = {**raw.get("stats", {}), "s1_rows": [rows], "late_rows": [],
+                    "concordance_rows": [rows], "concordance_range": []}
+    nested = raw
     return P.validate(nested, where="--set")
 
 
