@@ -481,6 +481,18 @@ def _git_state(path):
         return None, None
 
 
+def kept(regime: str, key: str) -> bool:
+    """Whether array ``key`` of ``regime`` is written: every array of regime (a); of regime
+    (b) what ``tests/test_parity.py`` reads: the start (``init/``), the batches and draws
+    that drive the candidate's updates, the first update's metrics and every update's
+    two-hot logits and expectations.  Regime (b)'s other per-update arrays (gradients,
+    moments, parameters, ...) would repeat regime (a)'s kind of check and are not kept."""
+    if regime != "b" or key.startswith(("init/", "batch")):
+        return True
+    _, _, rest = key.partition("/")
+    return rest.startswith(("draws/", "twohot/")) or key.startswith("step0/metric/")
+
+
 def write_npz(path, arrays):
     """Write ``arrays`` (name -> numpy array) to a compressed .npz atomically.
 
@@ -526,6 +538,7 @@ def write_outputs(out, arrays_by_regime, overrides, commit, dirty):
     out = Path(out)
     meta = {"regimes": {}}
     for regime, arrays in arrays_by_regime.items():
+        arrays = {k: v for k, v in arrays.items() if kept(regime, k)}
         fname = f"regime_{regime}.npz"
         write_npz(out / fname, arrays)
         digest = hashlib.sha256((out / fname).read_bytes()).hexdigest()
