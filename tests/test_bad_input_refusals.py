@@ -45,6 +45,9 @@ eval_episodes: 10
 reference:
   decode: exact
   sampler: per_run
+  jax: 0.4.26
+  platform: cpu
+  precision: default
   source: data/published/round3
 gate:
   statistic: late
