@@ -20,11 +20,22 @@ f32 = jnp.float32
 
 def unimix_logits(logits, unimix: float):
     """log(0.99 * softmax(l) + 0.01 / K) over the last axis (reference nets.py:207-217,
-    527-531); returned as float32 logits of the mixed distribution."""
+    527-531): float32 logits f32[..., K] of the mixed distribution, of the shape of
+    ``logits`` f32[..., K].
+
+    The result passes ``jax.lax.optimization_barrier`` (an identity: the values and the
+    gradients are unchanged), so that XLA never fuses this softmax and its log with the
+    softmax, log-softmax or cumulative sum of a consumer (sampling, straight-through, KL,
+    entropy).  Fused, that chain of reductions over the minor axis of K classes crashed
+    XLA:TPU (jax 0.10.2, libtpu 0.0.42, issue #55): it lowers each such reduction as a
+    windowed one, nests the chain, and overflows its stack costing it (SIGSEGV in
+    ``FusedSpatialMajorConvolution::MakeConvWindows``); ``softmax(unimix_logits(x))`` of an
+    f32[1024, 32, 4] ``x`` alone was enough (tests/test_candidate_tpu_fusion.py).
+    """
     probs = jax.nn.softmax(logits, -1)
     if unimix:
         probs = (1 - unimix) * probs + unimix * (jnp.ones_like(probs) / probs.shape[-1])
-    return jnp.log(probs)
+    return jax.lax.optimization_barrier(jnp.log(probs))
 
 
 def sample_onehot(logits, u):
