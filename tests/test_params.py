@@ -90,8 +90,11 @@ def test_accepted_choices(key, value, expected):
 def test_reference_environment_platform_and_precision_from_yaml(tmp_path):
     """reference.jax reads as the string it is written as (0.10.2 is no number), and a
     round on the TPU names the jax 0.10.2 environment; the defaults are today's rounds'."""
+    import synthetic   # tests/synthetic.py: a complete params file
     f = tmp_path / "params.yaml"
-    f.write_text("reference:\n  jax: 0.10.2\n  platform: tpu\n  precision: highest\n")
+    f.write_text(synthetic.params_text({"reference.jax": "0.10.2", "reference.platform": "tpu",
+                                        "reference.precision": "highest"}))
+    assert "\n  jax: 0.10.2\n" in f.read_text()    # written plain, as a user would
     p = load(f)
     assert (p["reference"]["jax"], p["reference"]["platform"], p["reference"]["precision"]) \
         == ("0.10.2", "tpu", "highest")

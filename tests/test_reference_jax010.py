@@ -16,9 +16,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dreamer_parity import records
 from dreamer_parity.reference import setup as rs
+import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "device_reference.py"
@@ -207,8 +209,7 @@ def test_run_json_records_the_environment_shims_and_where_it_ran(device_run):
 @pytest.mark.slow
 @pytest.mark.reference
 def test_keep_takes_the_archive_and_the_checkout_stays_verified(device_run, tmp_path):
-    pfile = tmp_path / "round.yaml"
-    pfile.write_text(ROUND)
+    pfile = synthetic.write_params(tmp_path / "round.yaml", yaml.safe_load(ROUND))
     r = subprocess.run([sys.executable, "-m", "dreamer_parity.keep",
                         str(device_run["out"] / "cpu-s0.tar.gz"), str(tmp_path / "kept"),
                         "--params", str(pfile)], capture_output=True, text=True, cwd=REPO)

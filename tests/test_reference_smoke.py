@@ -18,6 +18,7 @@ import pytest
 from dreamer_parity import records
 from dreamer_parity.reference import runner as ref_runner
 from dreamer_parity.reference import setup as rs
+import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, EVERY, EPISODES = 1200, 400, 2
@@ -26,12 +27,13 @@ PATCHES = {0: ("ref", "stock"), 1: ("exact", "per_run")}
 pytestmark = [pytest.mark.slow, pytest.mark.reference]
 
 
-def _params_text(decode, sampler):
-    return (f"round: smoke\nprofile: smoke\nseeds: [0, 1]\nrows: {ROWS}\n"
-            f"eval_every: {EVERY}\neval_episodes: {EPISODES}\n"
-            f"reference:\n  decode: {decode}\n  sampler: {sampler}\n  source: run\n"
-            f"stats:\n  s1_rows: [400, 800, 1200]\n  late_rows: []\n"
-            f"  concordance_rows: [1200]\n  concordance_range: [400, 1200]\n")
+def _params(decode, sampler) -> dict:
+    """The smoke round's parameters (written out complete by synthetic.write_params)."""
+    return {"round": "smoke", "profile": "smoke", "seeds": [0, 1], "rows": ROWS,
+            "eval_every": EVERY, "eval_episodes": EPISODES,
+            "reference": {"decode": decode, "sampler": sampler, "source": "run"},
+            "stats": {"s1_rows": [400, 800, 1200], "late_rows": [],
+                      "concordance_rows": [1200], "concordance_range": [400, 1200]}}
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +47,7 @@ def smoke_runs(tmp_path_factory):
     out = {}
     for seed, (decode, sampler) in PATCHES.items():
         pfile = base / f"params-s{seed}.yaml"
-        pfile.write_text(_params_text(decode, sampler))
+        synthetic.write_params(pfile, _params(decode, sampler))
         run_dir = records.run_dir(base / "results", "reference", seed)
         proc = subprocess.run(
             [sys.executable, "-m", "dreamer_parity.reference.launch", "--params", str(pfile),

@@ -283,13 +283,16 @@ def test_candidate_stage_writes_stand_ins_and_runs_nothing(tmp_path):
 
 
 def _set_backend(run_dir: Path, platform: str, precision) -> None:
-    """Record a jax backend in a synthetic run's run.json (DONE.json rewritten to name it)."""
+    """Record a jax backend in a synthetic run's run.json (DONE.json rewritten to name it,
+    the manifest of a kept run rewritten for both)."""
     info = json.loads((run_dir / "run.json").read_text())
     info["provenance"]["backend"] = {"platform": platform, "devices": 1,
                                      "device_kind": "TPU v5 lite" if platform == "tpu" else "cpu",
                                      "matmul_precision": precision}
     records.write_json(run_dir / "run.json", info)
     records.write_done(run_dir, "ok")
+    if (run_dir / "MANIFEST.json").exists():
+        synthetic.reseal(run_dir)
 
 
 def test_platform_and_precision_per_seed_and_per_side_part(synthetic_root, monkeypatch):

@@ -141,9 +141,20 @@ def test_ssh_client_does_not_check_the_host_key(sshd, tmp_path):
     assert "1 file pushed" in out
 
 
+#: A commit whose round ran its candidate seeds in the pipeline, so that their records are
+#: stage outputs in that commit's store/: round 3 with the candidate's five seeds, as first
+#: committed (its kept runs, data/runs/round3-candidate, are copies of these outputs; the
+#: headline round reads them from there since).
+CANDIDATE_RAN_AT = "8f1d3ff2ecde47b8e323e48fc0d3d82ad179288e"
+
+
 def test_ssh_push_then_pull_into_a_fresh_clone(sshd, tmp_path):
-    # clone A: the committed round, restored from store/, pushed to the server
+    if ph.git(REPO, "cat-file", "-e", f"{CANDIDATE_RAN_AT}^{{commit}}",
+              check=False).returncode != 0:
+        pytest.skip("shallow clone: the round's commit is not here (git fetch --unshallow)")
+    # clone A: the round at that commit, restored from its store/, pushed to the server
     a = clone(sshd, tmp_path / "a" / "repo")
+    ph.git(a, "checkout", "-q", CANDIDATE_RAN_AT)
     dvc(sshd, a, "pull")
     url = sshd.url("team")
     add_remote(sshd, a, "team", url)
@@ -155,6 +166,7 @@ def test_ssh_push_then_pull_into_a_fresh_clone(sshd, tmp_path):
 
     # clone B: fresh, its store/ gone; the login in .dvc/config.local, which git ignores
     b = clone(sshd, tmp_path / "b" / "repo")
+    ph.git(b, "checkout", "-q", CANDIDATE_RAN_AT)
     shutil.rmtree(b / "store")                   # nothing can come from the default remote
     add_remote(sshd, b, "team", url)
     assert ph.git(b, "check-ignore", ".dvc/config.local", check=False).returncode == 0
@@ -168,7 +180,7 @@ def test_ssh_push_then_pull_into_a_fresh_clone(sshd, tmp_path):
     # LATE per seed and the side's mean, recomputed from the pulled records, as committed
     params = yaml.safe_load((b / "params.yaml").read_text())
     summary = json.loads((b / "metrics" / "summary.json").read_text())
-    assert params["candidate"]["source"] == "run", "HEAD's round runs no candidate seed here"
+    assert params["candidate"]["source"] == "run", "the round runs no candidate seed here"
     assert params["stats"]["late_rows"] == [12000, 24000]   # the window _late_s1 reads
     lates = []
     for seed in params["seeds"]:
