@@ -178,6 +178,11 @@ def _with(dotted: str, value) -> dict:
 _BAD = {
     "absolute_source": _with("reference.source", "/srv/published/round3"),
     "negative_rows": _with("rows", -5),
+    # each side's own seeds (docs/SIDES.md): a list with a seed twice; a list-form source
+    # that leaves a seed of its side without a source
+    "candidate_seeds_twice": _with("candidate.seeds", [0, 1, 1]),
+    "source_short_of_candidate_seeds": _with("candidate", {
+        "seeds": [0, 1, 2], "source": [{"from": "run", "seeds": [0, 1]}]}),
 }
 
 #: entry point -> argv after ``python -m`` (P: the params file, O: an output path)
@@ -219,6 +224,9 @@ def expected_lines(tmp_path_factory):
             out[case] = f"error: {e}"
     assert out["absolute_source"].startswith("error: params: reference.source: '/srv/")
     assert out["negative_rows"].startswith("error: params: rows: ")
+    assert out["candidate_seeds_twice"] == "error: params: candidate.seeds: duplicate seeds [1]"
+    assert out["source_short_of_candidate_seeds"] == \
+        "error: params: candidate.source: candidate.seeds [2] have no source"
     return out
 
 

@@ -76,6 +76,7 @@ stats:
   persistence_rows: []
 candidate:
   source: run
+  seeds:
 """
 LAST = len(PARAMS_TEXT.splitlines())
 #: Longest error line accepted (characters, without "error: " and the newline).
@@ -361,8 +362,10 @@ def test_a_round_name_names_a_pre_registration(repo, value):
 @pytest.mark.parametrize("edit, shown", [
     (lambda t: "", "params: <root>: params.yaml: empty; see README"),
     (lambda t: "# nothing but a comment\n", "params: <root>: params.yaml: empty; see README"),
-    (lambda t: t.replace("candidate:\n  source: run\n", ""),
+    (lambda t: t.replace("candidate:\n  source: run\n  seeds:\n", ""),
      "params: candidate.source: missing from params.yaml"),
+    (lambda t: t.replace("  source: run\n  seeds:\n", "  source: run\n"),
+     "params: candidate.seeds: missing from params.yaml"),
     (lambda t: t.replace("  signature_rows: []\n", ""),
      "params: stats.signature_rows: missing from params.yaml"),
     (lambda t: t.replace("rows: 24000", "rows: 16000000000").replace("eval_every: 400",

@@ -408,8 +408,13 @@ def test_params_file_lacking_a_key_names_it(tmp_path):
     with pytest.raises(ParamsError, match=r"^params: stats\.signature_rows: missing from "
                                           r"params\.yaml; .*see README; 1 missing\)$"):
         load(f)
-    f.write_text(ROUND1.read_text().replace("candidate:\n  source: run\n", ""))
+    f.write_text(ROUND1.read_text().replace("candidate:\n  source: run\n  seeds:\n", ""))
     with pytest.raises(ParamsError, match=r"^params: candidate\.source: missing from"):
+        load(f)
+    # candidate.seeds too: a file names it, null where the candidate takes the round's seeds
+    f.write_text(ROUND1.read_text().replace("  source: run\n  seeds:\n", "  source: run\n"))
+    with pytest.raises(ParamsError, match=r"^params: candidate\.seeds: missing from "
+                                          r"params\.yaml; .*1 missing\)$"):
         load(f)
 
 
@@ -439,8 +444,10 @@ def test_reserved_round_names_are_refused(value):
     ("rows", 24016, "params: rows: 24016 is over 24000, the protocol's largest round"),
     ("rows", 16 * 10 ** 9, "params: rows: 16000000000 is over 24000"),
     ("eval_episodes", 101, "params: eval_episodes: 101 is over 100 episodes per evaluation point"),
-    ("seeds", list(range(65)), "params: seeds: 65 seeds, more than 64"),
+    ("seeds", list(range(129)), "params: seeds: 129 seeds, more than 128"),
     ("seeds", [0, 2 ** 31], "params: seeds: seed 2147483648 is over 2147483647"),
+    ("candidate.seeds", list(range(129)), "params: candidate.seeds: 129 seeds, more than 128"),
+    ("candidate.seeds", [0, 2 ** 31], "params: candidate.seeds: seed 2147483648 is over 2147483647"),
 ])
 def test_parameters_implying_absurd_work_are_refused(dotted, value, expected):
     assert _error(_set(_defaults_raw(), dotted, value)).startswith(expected)
@@ -455,3 +462,74 @@ def test_seeds_are_sorted_once_where_they_are_validated():
     assert p["seeds"] == [0, 1, 2, 3, 4]
     assert p["reference"]["source"] == [{"from": "data/x", "seeds": [0, 1, 3]},
                                         {"from": "run", "seeds": [2, 4]}]
+
+
+# --- each side's own seeds (candidate.seeds; docs/SIDES.md, "Sides of unequal size") -------
+
+def test_candidate_seeds_null_are_the_rounds_seeds():
+    p = load(ROUND1)
+    assert p["candidate"]["seeds"] is None
+    assert P.side_seeds(p, "candidate") == P.side_seeds(p, "reference") == p["seeds"] == [0, 1, 2]
+    assert load(REPO / "params.yaml")["candidate"]["seeds"] is None
+    with pytest.raises(ValueError, match="side must be one of"):
+        P.side_seeds(p, "study")
+
+
+def test_candidate_seeds_give_the_candidate_its_own_list_sorted_once():
+    p = validate(_set(_set(_defaults_raw(), "candidate.seeds", [6, 0, 3, 1, 5, 2, 4]),
+                      "seeds", [3, 0, 2, 1]))
+    assert p["candidate"]["seeds"] == [0, 1, 2, 3, 4, 5, 6] and p["seeds"] == [0, 1, 2, 3]
+    assert P.side_seeds(p, "candidate") == [0, 1, 2, 3, 4, 5, 6]
+    assert P.side_seeds(p, "reference") == [0, 1, 2, 3]
+    # 110 candidate seeds against 10 reference seeds (round3-tpu's sides) validate
+    p = validate(_set(_set(_defaults_raw(), "candidate.seeds", list(range(110))), "seeds",
+                      list(range(10))))
+    assert len(P.side_seeds(p, "candidate")) == 110 and len(P.side_seeds(p, "reference")) == 10
+    # as DVC writes them back (-S candidate.seeds=[..] and a null)
+    assert validate(_set(_defaults_raw(), "candidate.seeds", "[5, 4]"))["candidate"]["seeds"] == [4, 5]
+    assert validate(_set(_defaults_raw(), "candidate.seeds", "null"))["candidate"]["seeds"] is None
+
+
+@pytest.mark.parametrize("value, expected", [
+    ([0, 1, 1, 2, 2], "params: candidate.seeds: duplicate seeds [1, 2]"),
+    ([0, -1], "params: candidate.seeds: seeds must be non-negative, got [0, -1]"),
+    ([], "params: candidate.seeds: needs at least one seed"),
+    (3, "params: candidate.seeds: expected a list of integers, got 3"),
+    ("0,1", "params: candidate.seeds: expected a list of integers, got '0,1'"),
+])
+def test_bad_candidate_seeds_are_refused_in_one_line(value, expected):
+    assert _error(_set(_defaults_raw(), "candidate.seeds", value)) == expected
+
+
+@pytest.mark.parametrize("source, expected", [
+    ([{"from": "run", "seeds": [0, 1, 2, 3]}, {"from": "data/x", "seeds": [4, 5]}],
+     "params: candidate.source: candidate.seeds [6] have no source"),
+    ([{"from": "run", "seeds": [0, 1, 2, 3, 4, 5, 6, 7]}],
+     "params: candidate.source: seeds [7] are not in candidate.seeds [0, 1, 2, 3, 4, 5, 6]"),
+    ([{"from": "run", "seeds": [0, 1, 2]}, {"from": "data/x", "seeds": [2, 3, 4, 5, 6]}],
+     "params: candidate.source: seeds [2] listed more than once (each seed exactly once)"),
+])
+def test_a_list_form_source_is_checked_against_its_sides_own_seeds(source, expected):
+    raw = _set(_set(_defaults_raw(), "candidate.seeds", list(range(7))), "candidate.source", source)
+    assert _error(raw) == expected
+    ok = [{"from": "run", "seeds": [0, 1, 2, 3]}, {"from": "data/x", "seeds": [6, 5, 4]}]
+    p = validate(_set(_set(_defaults_raw(), "candidate.seeds", list(range(7))), "candidate.source", ok))
+    assert p["candidate"]["source"] == [{"from": "run", "seeds": [0, 1, 2, 3]},
+                                        {"from": "data/x", "seeds": [4, 5, 6]}]
+    # the reference side's list form covers the round's seeds, whatever the candidate holds
+    raw = _set(_set(_defaults_raw(), "candidate.seeds", list(range(7))), "reference.source",
+               [{"from": "run", "seeds": [0, 1, 2, 3]}])
+    assert _error(raw) == "params: reference.source: seeds [3] are not round seeds [0, 1, 2]"
+
+
+def test_kept_rounds_params_validate_with_each_side_the_rounds_seeds():
+    """Every kept round's params.yaml (docs/rounds/index.yaml, at its own commit) validates
+    as tests/test_kept_runs.py reads it, each side with the round's seeds as before."""
+    from dreamer_parity import rounds
+    for name, entry in rounds.load_index(REPO).items():
+        text = subprocess.run(["git", "show", f"{entry['commit']}:params.yaml"], cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout
+        raw = yaml.safe_load(text)
+        assert "seeds" not in (raw.get("candidate") or {}), name
+        p = validate(raw, where=f"{entry['commit'][:7]}:params.yaml")
+        assert P.side_seeds(p, "candidate") == P.side_seeds(p, "reference") == p["seeds"], name

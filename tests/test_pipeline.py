@@ -75,7 +75,7 @@ from pathlib import Path
 from dreamer_parity import params as P, records as R
 ap = argparse.ArgumentParser(); ap.add_argument("--params"); ap.add_argument("--out")
 a = ap.parse_args(); p = P.load(a.params)
-for s in p["seeds"]:
+for s in P.side_seeds(p, "candidate"):
     out = R.run_dir(a.out, "candidate", s)
     R.write_json(out / "run.json", {"side": "candidate", "seed": s, "decode": p["decode"],
                                     "rows": p["rows"]})
@@ -174,7 +174,8 @@ def test_stage_parameters_are_exactly_what_each_side_reads():
                                            "reference.precision", "reference.source"])
     assert "requirements-reference-jax010.lock" in ref["deps"]
     assert sorted(_params(cand)) == sorted(["decode", "profile", "seeds", "rows", "eval_every",
-                                            "eval_episodes", "candidate.source"])
+                                            "eval_episodes", "candidate.source",
+                                            "candidate.seeds"])
     assert {"round", "decode", "reference", "candidate", "stats", "gate", "seeds",
             "rows"} <= set(_params(comp))
     assert _params(STAGES["preflight"]) == ["params.yaml"]  # the whole file
@@ -384,6 +385,26 @@ def test_round_and_statistics_rerun_only_compare(stub_round):
     assert P.load(clone / "params.yaml")["stats"]["good_return"] == 3e-05
     assert json.loads((clone / "metrics/summary.json").read_text())["good_return"] == 3e-05
     assert "prereg docs/rounds/round1.md" in (clone / "results/report.md").read_text()
+
+
+def test_candidate_seeds_rerun_only_candidate_and_compare_and_make_no_reference_stage(stub_round):
+    """candidate.seeds gives the candidate 3 seeds against the round's 2: the reference
+    stages stay reference@0 and reference@1 (they are made from `seeds`) and do not rerun;
+    the candidate stage runs its 3 seeds and compare reads each side's own."""
+    clone, _ = stub_round
+    _reset(clone)
+    before = {s: lock_stage(clone, f"reference@{s}") for s in (0, 1)}
+    p = dvc(clone, "exp", "run", "-n", "cand3", "-S", "candidate.seeds=[2,0,1]")
+    assert [s for s in ran_stages(p.stdout) if s != "preflight"] == ["candidate", "compare"]
+    assert {s: lock_stage(clone, f"reference@{s}") for s in (0, 1)} == before
+    assert dvc(clone, "stage", "list", "--name-only").stdout.split() == [
+        "preflight", "port_check", "reference@0", "reference@1", "candidate", "compare"]
+    assert P.load(clone / "params.yaml")["candidate"]["seeds"] == [0, 1, 2]
+    assert sorted(x.name for x in (clone / "results/candidate").iterdir()
+                  if x.is_dir()) == ["s0", "s1", "s2"]
+    train = json.loads((clone / "metrics/train_last_window.json").read_text())
+    assert train["val/std.candidate.s2"] == 0.02 and "val/std.reference.s2" not in train
+    assert train["val/std.reference.s1"] == 0.08
 
 
 def test_published_source_stands_in_for_the_reference(stub_round):

@@ -207,7 +207,7 @@ def test_cli_missing_jax010_setup_names_its_setup_command(tmp_path):
     fake = tmp_path / "root"
     fake.mkdir()
     (fake / rs.checkout_dir(fake).name).symlink_to(rs.checkout_dir(rs.default_root()))
-    p = synthetic.write_params(tmp_path / "params.yaml",
+    p = synthetic.write_params(tmp_path / "params.yaml",   # a complete file
                                {"reference": {"jax": "0.10.2", "source": "run"}})
     r = _launch("--params", str(p), "--seed", "0", "--out", str(tmp_path / "o"),
                 "--root", str(fake))

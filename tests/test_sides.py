@@ -283,15 +283,14 @@ def test_candidate_stage_writes_stand_ins_and_runs_nothing(tmp_path):
 
 
 def _set_backend(run_dir: Path, platform: str, precision) -> None:
-    """Record a jax backend in a synthetic run's run.json (DONE.json rewritten to name it,
-    the manifest of a kept run rewritten for both)."""
+    """Record a jax backend in a synthetic run's run.json (DONE.json rewritten to name it)."""
     info = json.loads((run_dir / "run.json").read_text())
     info["provenance"]["backend"] = {"platform": platform, "devices": 1,
                                      "device_kind": "TPU v5 lite" if platform == "tpu" else "cpu",
                                      "matmul_precision": precision}
     records.write_json(run_dir / "run.json", info)
     records.write_done(run_dir, "ok")
-    if (run_dir / "MANIFEST.json").exists():
+    if (run_dir / "MANIFEST.json").exists():   # a kept run: its manifest names the new files
         synthetic.reseal(run_dir)
 
 
@@ -334,3 +333,110 @@ def test_published_runs_are_of_unknown_platform():
     from dreamer_parity.analysis import load, runs
     run = load.load_side(ROUND3, "reference", [0])[0]
     assert runs.execution(run) == {"platform": "unknown", "precision": "unknown"}
+
+
+# ------------------------------------------------------------------ sides of unequal size
+
+UNEQUAL = {"seeds": [0, 1, 2, 3], "candidate.seeds": [6, 5, 4, 3, 2, 1, 0]}
+
+
+@pytest.fixture
+def unequal_root(tmp_path):
+    """A repository-like root with a synthetic round of 4 reference and 7 candidate seeds
+    under data/runs/t/{reference,candidate}."""
+    synthetic.write_round(tmp_path / "data" / "runs" / "t", _params(**UNEQUAL), manifest=True)
+    return tmp_path
+
+
+def test_each_side_resolves_its_own_seeds(unequal_root):
+    """candidate.seeds gives the candidate 7 seeds against the round's 4 (the reference's);
+    every reader of the sides (seed_sources, runs_here, resolve) takes them from
+    params.side_seeds."""
+    p = _params(**UNEQUAL)
+    assert sides.seed_sources(p, "candidate") == {s: "run" for s in range(7)}
+    assert sides.seed_sources(p, "reference") == {s: "run" for s in range(4)}
+    assert sides.runs_here(p, "candidate") == list(range(7))
+    r = sides.resolve(p, REPO)
+    assert [e.seed for e in r["candidate"].seeds] == list(range(7))
+    assert [e.seed for e in r["reference"].seeds] == list(range(4))
+    # a directory source must hold every seed of its side, and only those are looked for
+    q = _params(**UNEQUAL, **{"candidate.source": "data/runs/t/candidate",
+                              "reference.source": "data/runs/t/reference"})
+    r = sides.resolve(q, unequal_root)
+    assert [e.run_dir for e in r["candidate"].seeds] == [f"data/runs/t/candidate/s{k}"
+                                                         for k in range(7)]
+    assert [e.seed for e in r["reference"].seeds] == [0, 1, 2, 3]
+    with pytest.raises(sides.SideError, match=r"data/runs/t/reference has no run of seed 4"):
+        sides.resolve(_params(**{"seeds": [0, 1, 2, 3, 4],
+                                 "reference.source": "data/runs/t/reference"}), unequal_root)
+
+
+def test_candidate_stage_takes_the_candidates_own_seeds(tmp_path):
+    """The candidate stage's runner writes a stand-in for each candidate seed (7), none
+    for a seed of the reference side only."""
+    from dreamer_parity.candidate.runtime import run as cand_run
+
+    raw = json.loads(json.dumps(SMALL))
+    raw["seeds"] = [0, 1, 8]
+    raw["candidate"] = {"source": "data/elsewhere", "seeds": [6, 5, 4, 3, 2, 1, 0]}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(P.validate(raw)))   # complete
+    rc = cand_run.main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"),
+                        "--work-dir", str(tmp_path / "work")])
+    assert rc == 0
+    assert sorted(d.name for d in (tmp_path / "out" / "candidate").iterdir()) == \
+        [f"s{k}" for k in range(7)]
+
+
+def test_reference_stage_refuses_a_seed_of_the_candidate_only(tmp_path, monkeypatch, capsys):
+    from dreamer_parity import pipeline
+
+    raw = json.loads(json.dumps(SMALL))
+    raw["candidate"] = {"source": "run", "seeds": [0, 1, 2, 5]}
+    raw["reference"] = {"source": "data/elsewhere"}
+    synthetic.write_params(tmp_path / "params.yaml", raw)
+    monkeypatch.chdir(tmp_path)
+    assert pipeline.main(["reference", "--seed", "5", "--out", "results/reference/s5"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "error: params: seeds: seed 5 is not a reference seed [0, 1, 2]"
+    assert not (tmp_path / "results").exists()
+    assert pipeline.main(["reference", "--seed", "2", "--out", "results/reference/s2"]) == 0
+    assert json.loads((tmp_path / "results/reference/s2/STAND_IN.json").read_text())["seed"] == 2
+
+
+def test_platform_parts_of_a_pooled_side_with_unequal_seed_lists(unequal_root, monkeypatch):
+    """A candidate side of 7 seeds pooled from two sources and two platforms (CPU seeds 0-3
+    kept in one directory, TPU seeds 4-6 in another) against 4 reference seeds: each seed's
+    platform and precision, the side's parts and both seed sets in the summary and the
+    report."""
+    monkeypatch.chdir(unequal_root)
+    tpu = unequal_root / "data/runs/tpu"
+    for s in (4, 5, 6):
+        shutil.move(unequal_root / "data/runs/t/candidate" / f"s{s}", tpu / f"s{s}")
+        _set_backend(tpu / f"s{s}", "tpu", "highest")
+    for s in (0, 1, 2, 3):
+        _set_backend(unequal_root / "data/runs/t/candidate" / f"s{s}", "cpu", None)
+    q = _params(**UNEQUAL, **{"reference.source": "data/runs/t/reference",
+                              "candidate.source": [{"from": "data/runs/t/candidate",
+                                                    "seeds": [0, 1, 2, 3]},
+                                                   {"from": "data/runs/tpu", "seeds": [4, 5, 6]}]})
+    r = sides.resolve(q, ".")
+    res = compare.analyse(q, r["reference"], r["candidate"])
+    from dreamer_parity.analysis import metrics_out, report
+    s = metrics_out.summary(res)
+    assert [s[f"platform.candidate.s{k}"] for k in range(7)] == ["cpu"] * 4 + ["tpu"] * 3
+    assert [s[f"precision.candidate.s{k}"] for k in range(7)] == ["default"] * 4 + ["highest"] * 3
+    assert s["platform.candidate"] == "cpu/default (s0-3); tpu/highest (s4-6)"
+    assert s["platform.reference"] == "unknown/unknown (s0-3)"
+    assert "platform.reference.s4" not in s and "source.reference.s4" not in s
+    assert s["source.candidate.s5"] == "data/runs/tpu" and s["source.candidate.s0"] == \
+        "data/runs/t/candidate"
+    text = report.render(res)
+    assert "* Seeds of each side: reference 0-3 (4 seeds), candidate 0-6 (7 seeds); " in text
+    assert ("* Candidate side: cpu/default (s0-3); tpu/highest (s4-6) (pooled from 2 "
+            "platform/precision parts).") in text
+    assert ("| candidate | 6 | `data/runs/tpu` | `data/runs/tpu/s6` | records | candidate | tpu "
+            "| highest |") in text
+    assert "| reference | 4 |" not in text
+    # the halves check of the pooled side: 4 seeds against 3, each source its own mean
+    assert s["halves.candidate.sources"] == "data/runs/t/candidate: 0,1,2,3; data/runs/tpu: 4,5,6"
+    assert "halves.reference.sources" not in s

@@ -12,9 +12,15 @@ refuses an empty file and one that lacks a key, and never fills one in.  The def
 :data:`SCHEMA` apply only to an in-memory dict given to :func:`validate` (the library and
 the tests, which write the keys they change).
 
-Canonical order: :func:`validate` returns ``seeds`` sorted (and each list-form source's
-seeds), so that every statistic, resampling and output of a round is keyed by seed and
-the same seeds in another order give byte-identical outputs.
+Canonical order: :func:`validate` returns ``seeds`` and ``candidate.seeds`` sorted (and
+each list-form source's seeds), so that every statistic, resampling and output of a round
+is keyed by seed and the same seeds in another order give byte-identical outputs.
+
+Seeds of the two sides: ``seeds`` is the round's seed list, the reference side's (one
+``reference@<seed>`` stage each in dvc.yaml) and the candidate's unless ``candidate.seeds``
+names the candidate's own list (``null``: the round's ``seeds``), so the sides may differ
+in size (110 candidate seeds against 10 reference seeds).  :func:`side_seeds` is the one
+place that says which seeds a side has; every stage and the analysis ask it.
 
 Command line::
 
@@ -44,7 +50,7 @@ __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOK
            "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
            "MAX_PATH_CHARS", "parse_yaml", "strict_yaml", "YamlRefusal", "RESERVED_ROUNDS",
            "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED", "REFERENCE_JAX", "PLATFORMS",
-           "PRECISIONS"]
+           "PRECISIONS", "side_seeds", "SIDES"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -80,9 +86,12 @@ RESERVED_ROUNDS = ("readme", "index")
 MAX_ROWS = 24_000
 #: Most evaluation episodes per point (the protocol runs 10, the smoke round 2).
 MAX_EVAL_EPISODES = 100
-#: Most seeds in a round (the largest kept round has 10 per side), and the largest seed.
-MAX_SEEDS = 64
+#: Most seeds of a side (``seeds``, ``candidate.seeds``; round3-tpu's candidate side has 110),
+#: and the largest seed.
+MAX_SEEDS = 128
 MAX_SEED = 2 ** 31 - 1
+#: The two sides of a round, in the order every output lists them.
+SIDES = ("reference", "candidate")
 #: The value of a ``*.source`` key that means "run this side here" (not a path).
 SOURCE_RUN = "run"
 #: Longest value quoted in an error line, and longest error line (characters).
@@ -146,7 +155,10 @@ SCHEMA: dict[str, Field] = {
     "decode": Field("str", "exact", DECODES,
                     "candidate's two-hot expectation: exact mirror difference | reference pair sum"),
     "profile": Field("str", "full", ("full", "smoke"), "network widths (PROFILES)"),
-    "seeds": Field("int_list", [0, 1, 2], doc="run seeds, unique non-negative integers"),
+    "seeds": Field("int_list", [0, 1, 2],
+                   doc="the round's seeds, unique non-negative integers: the reference side's "
+                       "(a reference@<seed> stage each) and the candidate's unless "
+                       "candidate.seeds names its own"),
     "rows": Field("int", 20000, doc="rows per env set (all 16 envs together)"),
     "eval_every": Field("int", 2000,
                         doc="rows between evaluation points; multiple of 16 dividing rows"),
@@ -169,6 +181,9 @@ SCHEMA: dict[str, Field] = {
     "candidate.source": Field("source", "run",
                               doc="where the candidate side's runs come from: 'run', a "
                                   "directory of runs, or [{from, seeds}] (docs/SIDES.md)"),
+    "candidate.seeds": Field("int_list_or_null", None,
+                             doc="the candidate side's own seeds, unique non-negative integers; "
+                                 "null: the round's seeds (docs/SIDES.md)"),
     "stats.s1_rows": Field("int_list", [16000, 18000, 20000],
                            doc="pre-registered S1 rows (evaluation points)"),
     "stats.late_rows": Field("int_pair_or_empty", [],
@@ -216,6 +231,7 @@ SMOKE = {
     "reference.sampler": "stock",
     "reference.source": "run",
     "candidate.source": "run",
+    "candidate.seeds": None,
     "profile": "smoke",
     "seeds": [0, 1],
     "rows": 1200,
@@ -297,6 +313,10 @@ def _coerce(key: str, field: Field, v):
         if field.choices and v not in field.choices:
             raise ParamsError(key, f"unknown value {quote(v)}; expected one of {', '.join(field.choices)}")
         return v
+    if t == "int_list_or_null":
+        if v is None or (isinstance(v, str) and v.strip().lower() in ("null", "none", "")):
+            return None
+        return _coerce(key, Field("int_list", []), v)
     if t in ("int_list", "int_pair_or_empty"):
         if v is None:
             v = []
@@ -378,6 +398,10 @@ def _coerce_source(key: str, v):
     raise ParamsError(key, f"expected 'run', a directory or a list of {{from, seeds}}, got {v!r}")
 
 
+#: The seed lists of :data:`SCHEMA`, each checked alike by :func:`validate`.
+_SEED_KEYS = ("seeds", "candidate.seeds")
+
+
 def _nest(flat: dict) -> dict:
     out: dict = {}
     for key, v in flat.items():
@@ -406,8 +430,9 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
         empty dict is refused as ``<where>: empty``, a missing key by its name.
 
     Returns:
-      A nested dict with every declared key, typed as declared; ``seeds`` (and the seeds
-      of each list-form source) sorted ascending, the list-form sources ordered by their
+      A nested dict with every declared key, typed as declared; ``seeds``,
+      ``candidate.seeds`` (None: the round's seeds; :func:`side_seeds`) and the seeds of
+      each list-form source sorted ascending, the list-form sources ordered by their
       first seed: one canonical order, whatever order the file gives.
 
     Raises:
@@ -415,9 +440,11 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
         (``complete``), an unknown key or value, a wrong type, a negative or
         non-integer row count, ``rows`` over :data:`MAX_ROWS`, ``eval_episodes`` over
         :data:`MAX_EVAL_EPISODES`, more than :data:`MAX_SEEDS` seeds or a seed over
-        :data:`MAX_SEED` (all checked before anything is allocated from them), an
-        evaluation interval that is not a positive multiple of 16 or does not divide
-        ``rows``, duplicate or negative seeds, S1 / concordance rows that are not
+        :data:`MAX_SEED` in ``seeds`` or ``candidate.seeds`` (all checked before anything
+        is allocated from them), an evaluation interval that is not a positive multiple
+        of 16 or does not divide ``rows``, duplicate or negative seeds or an empty list in
+        either, a list-form ``*.source`` that does not give each of its side's seeds
+        (:func:`side_seeds`) exactly one source, S1 / concordance rows that are not
         evaluation points or repeat, a LATE or concordance range holding no evaluation
         point, a non-finite good_return or equivalence margin outside (0, 1), a gate
         whose statistic and parts disagree, a key holding a dot at any level, a
@@ -459,11 +486,13 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
     if typed["eval_episodes"] > MAX_EVAL_EPISODES:
         raise ParamsError("eval_episodes", f"{typed['eval_episodes']} is over "
                                            f"{MAX_EVAL_EPISODES} episodes per evaluation point")
-    if len(typed["seeds"]) > MAX_SEEDS:
-        raise ParamsError("seeds", f"{len(typed['seeds'])} seeds, more than {MAX_SEEDS}")
-    big = [s for s in typed["seeds"] if s > MAX_SEED]
-    if big:
-        raise ParamsError("seeds", f"seed {quote(big[0])} is over {MAX_SEED}")
+    for key in _SEED_KEYS:
+        listed = typed[key] or []
+        if len(listed) > MAX_SEEDS:
+            raise ParamsError(key, f"{len(listed)} seeds, more than {MAX_SEEDS}")
+        big = [s for s in listed if s > MAX_SEED]
+        if big:
+            raise ParamsError(key, f"seed {quote(big[0])} is over {MAX_SEED}")
     if typed["eval_every"] % NUM_ENVS:
         raise ParamsError("eval_every", f"{typed['eval_every']} is not a multiple of {NUM_ENVS}")
     if typed["rows"] % typed["eval_every"]:
@@ -489,15 +518,18 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
         raise ParamsError("gate.welch_p_min", f"must lie in (0, 1), got {pmin}")
     if typed["gate.mean_min"] is not None and not math.isfinite(typed["gate.mean_min"]):
         raise ParamsError("gate.mean_min", f"must be finite, got {typed['gate.mean_min']}")
-    seeds = typed["seeds"]
-    if not seeds:
-        raise ParamsError("seeds", "needs at least one seed")
-    if any(s < 0 for s in seeds):
-        raise ParamsError("seeds", f"seeds must be non-negative, got {seeds}")
-    if len(set(seeds)) != len(seeds):
-        dup = sorted({s for s in seeds if seeds.count(s) > 1})
-        raise ParamsError("seeds", f"duplicate seeds {dup}")
-    seeds = typed["seeds"] = sorted(seeds)   # the canonical order (module docstring)
+    for key in _SEED_KEYS:
+        listed = typed[key]
+        if listed is None:      # candidate.seeds null: the round's seeds
+            continue
+        if not listed:
+            raise ParamsError(key, "needs at least one seed")
+        if any(s < 0 for s in listed):
+            raise ParamsError(key, f"seeds must be non-negative, got {listed}")
+        if len(set(listed)) != len(listed):
+            dup = sorted({s for s in listed if listed.count(s) > 1})
+            raise ParamsError(key, f"duplicate seeds {dup}")
+        typed[key] = sorted(listed)   # the canonical order (module docstring)
     points = set(eval_points(typed))
     erows = typed["gate.entropy_overlap_rows"]
     if erows is not None and erows not in points:
@@ -520,19 +552,25 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
                 raise ParamsError(key, f"range {rng} holds no evaluation point")
             if rng[1] > typed["rows"]:
                 raise ParamsError(key, f"range {rng} ends after rows={typed['rows']}")
-    for key in ("reference.source", "candidate.source"):
+    for side in SIDES:
+        key = f"{side}.source"
         src = typed[key]
         if isinstance(src, list):
+            # the list form covers the side's own seeds (side_seeds), each exactly once
+            own = typed.get(f"{side}.seeds")
+            seeds = typed["seeds"] if own is None else own
             listed = [s for part in src for s in part["seeds"]]
             dup = sorted({s for s in listed if listed.count(s) > 1})
             if dup:
                 raise ParamsError(key, f"seeds {dup} listed more than once (each seed exactly once)")
             extra = [s for s in listed if s not in seeds]
             if extra:
-                raise ParamsError(key, f"seeds {extra} are not round seeds {seeds}")
+                raise ParamsError(key, f"seeds {extra} are not round seeds {seeds}" if own is None
+                                  else f"seeds {extra} are not in {side}.seeds {seeds}")
             missing = [s for s in seeds if s not in listed]
             if missing:
-                raise ParamsError(key, f"round seeds {missing} have no source")
+                raise ParamsError(key, f"round seeds {missing} have no source" if own is None
+                                  else f"{side}.seeds {missing} have no source")
             typed[key] = sorted(({"from": part["from"], "seeds": sorted(part["seeds"])}
                                  for part in src), key=lambda part: part["seeds"][0])
     if typed["reference.platform"] != "cpu" and typed["reference.jax"] == "0.4.26":
@@ -548,6 +586,23 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
                                    f"docs/rounds/README.md and docs/rounds/index.yaml are not "
                                    f"rounds (reserved: {', '.join(RESERVED_ROUNDS)})")
     return _nest(typed)
+
+
+def side_seeds(params: dict, side: str) -> list[int]:
+    """The seeds of one side of validated ``params``, sorted: the one answer to "which
+    seeds does this side have" (docs/SIDES.md).
+
+    ``candidate.seeds`` where it names the candidate's own list, else the round's
+    ``seeds`` (the reference side's always: dvc.yaml makes a ``reference@<seed>`` stage for
+    each of them).  Both lists were checked and sorted once, by :func:`validate`.
+
+    Raises:
+      ValueError: ``side`` is not one of :data:`SIDES`.
+    """
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    own = (params.get(side) or {}).get("seeds")
+    return list(params["seeds"] if own is None else own)
 
 
 def _check_key_names(raw: dict, where: str, prefix: str = "") -> None:

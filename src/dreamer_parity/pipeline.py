@@ -65,7 +65,8 @@ def _cmd_reference(a) -> int:
     params = pf.load(a.params)
     where = sides.seed_sources(params, "reference")
     if a.seed not in where:
-        raise pf.PreflightError(f"params: seeds: seed {a.seed} is not in {params['seeds']}")
+        raise pf.PreflightError(f"params: seeds: seed {a.seed} is not a reference seed "
+                                f"{P.side_seeds(params, 'reference')}")
     if where[a.seed] == "run":
         from dreamer_parity.reference import launch
         return launch.launch(params, a.seed, a.out)

@@ -12,9 +12,13 @@ A side's source in params.yaml is one of
     ``<dir>/<side>/s<S>/``) or in the study's published layout (``<dir>/ref_s<S>/``,
     ``<dir>/ajax/s<S>/``, or ``<dir>/s<S>/evals.jsonl`` for an ``ajax`` directory).
 ``[{from: run | <dir>, seeds: [..]}, ...]``
-    The side's seeds taken from several places; each seed of the round exactly once.
+    The side's seeds taken from several places; each seed of the side exactly once.
 
-:func:`resolve` turns these into one :class:`SeedSource` per seed: the run directory,
+A side's seeds are :func:`dreamer_parity.params.side_seeds`: the round's ``seeds`` for the
+reference side, ``candidate.seeds`` (where it names the candidate's own list) or ``seeds``
+for the candidate; the two sides may differ in number.
+
+:func:`resolve` turns these into one :class:`SeedSource` per seed of the side: the run directory,
 its layout and ``made_by``, the implementation that produced it (``candidate`` or
 ``reference``: the run's own ``run.json`` ``side``, or the published layout's
 directory: ``ref_s<S>`` reference, ``ajax`` candidate).  The checks of ``compare``
@@ -75,7 +79,8 @@ class SeedSource:
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a round: its name and one :class:`SeedSource` per seed (round order)."""
+    """One side of a round: its name and one :class:`SeedSource` per seed of the side
+    (ascending, the order of :func:`dreamer_parity.params.side_seeds`)."""
 
     name: str
     seeds: tuple
@@ -98,20 +103,22 @@ class Side:
 
 
 def seed_sources(params: dict, side: str) -> dict[int, str]:
-    """``{seed: "run" | dir}`` of a validated params dict's ``<side>.source``, round order.
+    """``{seed: "run" | dir}`` of a validated params dict's ``<side>.source``, for the
+    side's own seeds (:func:`dreamer_parity.params.side_seeds`), ascending.
 
-    The list form was checked by :func:`dreamer_parity.params.validate` (each round seed
-    exactly once).
+    The list form was checked by :func:`dreamer_parity.params.validate` (each of the
+    side's seeds exactly once).
     """
+    seeds = P.side_seeds(params, side)
     src = params[side]["source"]
     if isinstance(src, str):
-        return {s: src for s in params["seeds"]}
+        return {s: src for s in seeds}
     where = {s: part["from"] for part in src for s in part["seeds"]}
-    return {s: where[s] for s in params["seeds"]}
+    return {s: where[s] for s in seeds}
 
 
 def runs_here(params: dict, side: str) -> list[int]:
-    """The seeds of ``side`` that this repository runs (source ``run``), round order."""
+    """The seeds of ``side`` that this repository runs (source ``run``), ascending."""
     return [s for s, src in seed_sources(params, side).items() if src == "run"]
 
 

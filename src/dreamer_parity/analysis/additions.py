@@ -23,6 +23,22 @@ pre-registered decision, the reading or the checks.
 
       power(n) = max(0, 2 F_t(margin / se_n - t_{1-alpha, 2n-2}; 2n-2) - 1)
 
+  This is a planning figure at equal numbers of seeds per side, whatever the round's own
+  numbers; its variance does not depend on them.
+* **Candidate seeds for equivalence at the reference's n** (sides of unequal size only),
+  :func:`tost_candidate_seeds_needed`: with the reference side's ``n_r`` seeds as they are,
+  the smallest number of candidate seeds ``n_c`` for which the same approximation reaches
+  80% power at true difference 0, with each side's observed variance, the Welch standard
+  error ``sqrt(s_c^2 / n_c + s_r^2 / n_r)`` and the Welch-Satterthwaite df.  More
+  candidate seeds cannot make the standard error smaller than ``s_r / sqrt(n_r)``: where
+  that bound keeps the power under 80%, no number of candidate seeds is enough, and the
+  reason says so (more reference seeds are then needed).
+* **Unequal n**: every test here takes each side as an independent sample of its own
+  size; none pairs a candidate seed with a reference seed (Welch's t and df, TOST and its
+  interval from the same, rliable's per-side bootstraps, and the probability of
+  improvement, whose interval resamples each side on its own:
+  ``rliable``'s ``StratifiedIndependentBootstrap`` for the pair of score arrays).
+
 * **rliable aggregates**, :func:`rliable_block`: per run a score = the run's mean
   evaluation return over the primary statistic's points / 500 (CartPole's maximum),
   i.e. the primary per-seed value / 500; per side the IQM and the mean with stratified
@@ -52,7 +68,8 @@ import warnings
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["tost", "tost_reading", "tost_power", "tost_seeds_needed", "rliable_block", "iqm_and_mean",
+__all__ = ["tost", "tost_reading", "tost_power", "tost_seeds_needed", "tost_power_welch",
+           "tost_candidate_seeds_needed", "rliable_block", "iqm_and_mean",
            "probability_of_improvement", "performance_profile", "collapse_flags", "compute",
            "summary_keys", "report_lines", "MAX_RETURN", "ALPHA", "POWER",
            "RELIABLE_REPS", "RELIABLE_SEED", "COLLAPSE_FRACTION", "TAUS"]
@@ -78,21 +95,26 @@ def tost(cand, ref, margin_frac: float, alpha: float = ALPHA, power: float = POW
 
     Returns ``{"diff", "margin", "margin_frac", "ref_mean", "p_lower", "p_upper", "df",
     "ci_lo", "ci_hi", "verdict", "reading" (:func:`tost_reading`), "min_margin", "min_margin_frac", "seeds_needed",
-    "reason", "seeds_needed_reason", "min_margin_frac_reason"}``; a value that is
-    undefined is None and ``reason`` (or the specific ``*_reason``) says why (never NaN).
+    "reason", "seeds_needed_reason", "min_margin_frac_reason", "n", "candidate_seeds_needed",
+    "candidate_seeds_needed_reason"}``; a value that is undefined is None and ``reason``
+    (or the specific ``*_reason``) says why (never NaN).  ``n`` is ``{"candidate",
+    "reference"}``, the seeds of each side; ``candidate_seeds_needed``
+    (:func:`tost_candidate_seeds_needed`) is computed where they differ.
     """
     c, r = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     out = {k: None for k in ("diff", "margin", "ref_mean", "p_lower", "p_upper", "df", "ci_lo",
                              "ci_hi", "verdict", "reading", "min_margin", "min_margin_frac",
                              "seeds_needed")}
     out.update(margin_frac=float(margin_frac), reason=None, seeds_needed_reason=None,
-               min_margin_frac_reason=None)
+               min_margin_frac_reason=None, n={"candidate": len(c), "reference": len(r)},
+               candidate_seeds_needed=None, candidate_seeds_needed_reason=None)
     if len(c) < 2 or len(r) < 2:
         out["reason"] = f"needs at least 2 seeds per side (candidate {len(c)}, reference {len(r)})"
-        out["seeds_needed_reason"] = out["reason"]
+        out["seeds_needed_reason"] = out["candidate_seeds_needed_reason"] = out["reason"]
         return out
     if not (np.isfinite(c).all() and np.isfinite(r).all()):
         out["reason"] = out["seeds_needed_reason"] = "a per-seed value is undefined"
+        out["candidate_seeds_needed_reason"] = out["reason"]
         return out
     rm = _mean(r)
     diff = _mean(c) - rm
@@ -104,6 +126,7 @@ def tost(cand, ref, margin_frac: float, alpha: float = ALPHA, power: float = POW
                          f"{r[0]:g}), no variance for a t-test; difference {diff:g} against "
                          f"margin {margin:g}")
         out["seeds_needed_reason"] = "no within-side variance (every seed equal on both sides)"
+        out["candidate_seeds_needed_reason"] = out["seeds_needed_reason"]
         return out
     if margin == 0.0:
         out["reason"] = "margin is 0 (reference mean 0): equivalence cannot be shown"
@@ -128,6 +151,9 @@ def tost(cand, ref, margin_frac: float, alpha: float = ALPHA, power: float = POW
     s = math.sqrt((vc + vr) / 2.0)
     n, why = tost_seeds_needed(s, margin, alpha, power)
     out["seeds_needed"], out["seeds_needed_reason"] = n, why
+    if len(c) != len(r):
+        out["candidate_seeds_needed"], out["candidate_seeds_needed_reason"] = \
+            tost_candidate_seeds_needed(math.sqrt(vc), math.sqrt(vr), len(r), margin, alpha, power)
     return out
 
 
@@ -168,6 +194,54 @@ def tost_seeds_needed(s: float, margin: float, alpha: float = ALPHA, power: floa
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if tost_power(mid, s, margin, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi, None
+
+
+def tost_power_welch(n_c: int, n_r: int, s_c: float, s_r: float, margin: float,
+                     alpha: float = ALPHA) -> float:
+    """Approximate power of TOST at true difference 0 with ``n_c`` candidate and ``n_r``
+    reference seeds of standard deviations ``s_c``, ``s_r``: Welch's standard error and
+    Welch-Satterthwaite df in the approximation of :func:`tost_power` (module doc)."""
+    a, b = s_c * s_c / n_c, s_r * s_r / n_r
+    se = math.sqrt(a + b)
+    df = (a + b) ** 2 / (a * a / (n_c - 1) + b * b / (n_r - 1))
+    return max(0.0, 2.0 * float(sps.t.cdf(margin / se - sps.t.ppf(1.0 - alpha, df), df)) - 1.0)
+
+
+def tost_candidate_seeds_needed(s_c: float, s_r: float, n_r: int, margin: float,
+                                alpha: float = ALPHA, power: float = POWER,
+                                n_max: int = 100000) -> tuple[int | None, str | None]:
+    """Smallest number of candidate seeds ``n_c >= 2`` with :func:`tost_power_welch` >=
+    ``power`` while the reference keeps its ``n_r`` seeds; (None, reason) else: no
+    variance, no margin, or not reachable (the power's bound as ``n_c`` grows, standard
+    error ``s_r / sqrt(n_r)`` and df ``n_r - 1``, is named)."""
+    if not (s_c > 0.0 or s_r > 0.0):
+        return None, "no within-side variance"
+    if not (margin > 0.0):
+        return None, "margin is 0: equivalence cannot be shown with any number of seeds"
+
+    def pw(n: int) -> float:
+        return tost_power_welch(n, n_r, s_c, s_r, margin, alpha)
+
+    lo, hi = 1, 2
+    while pw(hi) < power:
+        if hi >= n_max:
+            if s_r == 0.0:
+                return None, f"more than {n_max} candidate seeds"
+            df = n_r - 1
+            bound = max(0.0, 2.0 * float(sps.t.cdf(margin / (s_r / math.sqrt(n_r))
+                                                   - sps.t.ppf(1.0 - alpha, df), df)) - 1.0)
+            return None, (f"not reachable with {n_r} reference seeds: with any number of "
+                          f"candidate seeds the power stays at most {bound:.2f} (the reference "
+                          f"side's standard error {s_r / math.sqrt(n_r):.3g} against the margin "
+                          f"{margin:.3g}); more reference seeds are needed")
+        lo, hi = hi, min(2 * hi, n_max)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pw(mid) >= power:
             hi = mid
         else:
             lo = mid
@@ -296,8 +370,8 @@ def compute(result: dict) -> dict:
     add = {"primary": name, "primary_points": [int(p) for p in pts],
            "tost": tost(vals["candidate"], vals["reference"], frac),
            "rliable": rliable_block(vals["candidate"], vals["reference"])}
-    seeds = result["params"]["seeds"]
-    add["collapse"] = {side: collapse_flags(result["eval"][side], result["points"], seeds)
+    add["collapse"] = {side: collapse_flags(result["eval"][side], result["points"],
+                                            result["seeds"][side])
                        for side in SIDES}
     return add
 
@@ -321,6 +395,9 @@ def summary_keys(add: dict) -> dict:
     _put(out, "addition.tost.min_margin_frac", t["min_margin_frac"],
          t["min_margin_frac_reason"] or t["reason"])
     _put(out, "addition.tost.seeds_needed", t["seeds_needed"], t["seeds_needed_reason"])
+    if t["n"]["candidate"] != t["n"]["reference"]:   # sides of unequal size only
+        _put(out, "addition.tost.candidate_seeds_needed", t["candidate_seeds_needed"],
+             t["candidate_seeds_needed_reason"])
     rl = add["rliable"]
     if rl["reason"]:
         for side in SIDES:
@@ -385,8 +462,14 @@ def report_lines(add: dict) -> list[str]:
           f"* Seeds per side needed to show equivalence at the pre-registered margin with 80% power "
           f"if the true difference is 0 and the variances are as observed: "
           + (str(t["seeds_needed"]) if t["seeds_needed"] is not None else f"n/a ({t['seeds_needed_reason']})")
-          + " (t approximation, common variance (s_c^2 + s_r^2) / 2, df 2n - 2).", "",
-          "### rliable aggregates", ""]
+          + " (t approximation, common variance (s_c^2 + s_r^2) / 2, df 2n - 2)."]
+    if t["n"]["candidate"] != t["n"]["reference"]:
+        L.append(f"* With the reference's {t['n']['reference']} seeds as they are, candidate seeds "
+                 f"needed for the same 80% power (each side's observed variance, Welch's standard "
+                 f"error and df): "
+                 + (str(t["candidate_seeds_needed"]) if t["candidate_seeds_needed"] is not None
+                    else f"n/a ({t['candidate_seeds_needed_reason']})") + ".")
+    L += ["", "### rliable aggregates", ""]
     if rl["reason"]:
         L.append(f"n/a: {rl['reason']}")
     else:

@@ -73,11 +73,14 @@ def analyse(params: dict, reference, candidate) -> dict:
 
     Returns:
       A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
-      ``params, points, sides, eval, s1, s2, late, concordance, reading, windows,
-      halves, entropy, side_windows, window_tests, checks, failed_seeds, additions``.  ``s2`` holds each side's
-      curve and last-row values where that side has training episodes (``side_reason``
-      per side), the decision only when both have them; ``side_windows`` is
-      :func:`windows.compute` (each side's own windows) (:func:`additions.compute`).  Per-seed arrays are float64 in seed order of ``params["seeds"]``.
+      ``params, seeds, points, sides, eval, s1, s2, late, concordance, reading, windows,
+      halves, entropy, side_windows, window_tests, checks, failed_seeds, additions``.
+      ``seeds`` is ``{side: [seed, ...]}``, each side's own seeds
+      (:func:`dreamer_parity.params.side_seeds`; the sides may differ in number).  ``s2``
+      holds each side's curve and last-row values where that side has training episodes
+      (``side_reason`` per side), the decision only when both have them; ``side_windows``
+      is :func:`windows.compute` (each side's own windows) (:func:`additions.compute`).
+      Per-seed arrays of a side are float64 in the order of that side's ``seeds``.
 
     Raises:
       AnalysisError / RecordError / sides.SideError: bad input, before any statistic is
@@ -85,15 +88,16 @@ def analyse(params: dict, reference, candidate) -> dict:
         with each other or with the round (:func:`dreamer_parity.records.check_run_agrees`,
         judged by the implementation that made the run).
     """
-    seeds = params["seeds"]
+    # each side's own seeds, as params decides them (the sides may differ in number)
+    seeds = {side: params_mod.side_seeds(params, side) for side in params_mod.SIDES}
     st = params["stats"]
     rule = st["failed_rule"]
     points = params_mod.eval_points(params)
     sides = {}
     for side, src in (("reference", reference), ("candidate", candidate)):
         if not isinstance(src, sides_mod.Side):
-            src = sides_mod.side_from_dir(src, side, seeds)
-        runs = load_side(src, side, seeds, params=params)
+            src = sides_mod.side_from_dir(src, side, seeds[side])
+        runs = load_side(src, side, seeds[side], params=params)
         check_eval_rows(runs, points)
         # "dir" is for messages and reports; "path" (never written out) for reading files
         sides[side] = {**side_table(src), "runs": runs}
@@ -104,7 +108,7 @@ def analyse(params: dict, reference, candidate) -> dict:
             raise AnalysisError(f"stats.{key}: rows {bad} are not evaluation points of the runs")
 
     ev = {"reference": stats.eval_matrix(ref, points, rule), "candidate": stats.eval_matrix(cand, points, rule)}
-    out = {"params": params, "points": points, "sides": sides, "eval": ev}
+    out = {"params": params, "seeds": seeds, "points": points, "sides": sides, "eval": ev}
 
     s1 = {"reference": stats.s1_values(ref, st["s1_rows"], rule),
           "candidate": stats.s1_values(cand, st["s1_rows"], rule)}
@@ -177,8 +181,9 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
     """The published study's own candidate of the reference's round, for context only.
 
     When the reference side is a published round directory that also holds the study's
-    candidate (``<dir>/ajax/s<S>/evals.jsonl`` for every seed of the round), its S1 and
-    LATE per seed are computed with the same rules; never part of a decision or the gate.
+    candidate (``<dir>/ajax/s<S>/evals.jsonl`` for every seed of the reference side), its
+    S1 and LATE per seed are computed with the same rules; never part of a decision or the
+    gate.
 
     Returns:
       None when the reference is not a published directory; ``{"dir", "missing": [seed,
@@ -186,8 +191,8 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
       some seeds of the round (the context is not computed, and the summary and report
       name the missing seeds: every published round holds its candidate); else
       ``{"dir", "missing": [], "s1": float64 [n_seeds], "late": float64 [n_seeds] | None,
-      "eval": float64 [n_seeds, n_points]}`` (return units, seed order of ``params``;
-      ``eval`` under the round's ``failed_rule``).
+      "eval": float64 [n_seeds, n_points]}`` (return units, in the order of the reference
+      side's seeds; ``eval`` under the round's ``failed_rule``).
 
     Raises:
       AnalysisError: its files are malformed or its evaluation rows are not the round's.
@@ -195,7 +200,7 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
     if reference_side["layout"] != "published" or reference_side.get("path") is None:
         return None
     d = Path(reference_side["path"]) / "ajax"
-    seeds, st = params["seeds"], params["stats"]
+    seeds, st = params_mod.side_seeds(params, "reference"), params["stats"]
     missing = [s for s in seeds if not (d / f"s{s}" / "evals.jsonl").is_file()]
     if missing:
         return {"dir": display_path(d), "missing": missing, "s1": None, "late": None,

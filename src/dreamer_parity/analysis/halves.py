@@ -11,6 +11,10 @@ undefined (a source with one seed, no variance) otherwise.
 
 A side with one source gets nothing (no keys); one with three or more sources gets each
 source's means and a reason instead of a test.
+
+Each side is checked on its own seeds (the sides may differ in number: a candidate side
+of 110 seeds from two sources against 10 reference seeds), and the two sources of a side
+may hold different numbers of seeds (Welch's test does not pair them).
 """
 
 from __future__ import annotations
@@ -43,22 +47,22 @@ def compute(result: dict) -> dict:
     """The halves check of each side with more than one source.
 
     Args:
-      result: :func:`dreamer_parity.analysis.compare.analyse`'s dict so far (``params``,
-        ``sides`` with their ``seeds`` sources, ``s1`` and ``late`` per-seed values,
-        float64 ``[seeds]`` in the order of ``params["seeds"]``).
+      result: :func:`dreamer_parity.analysis.compare.analyse`'s dict so far (``seeds``:
+        each side's seeds, ``sides`` with their ``seeds`` sources, ``s1`` and ``late``
+        per-seed values, float64 ``[seeds of the side]`` in the order of
+        ``result["seeds"][side]``).
 
     Returns:
       ``{side: {"groups": [{"source", "seeds", "means": {stat: float}}], "tests": {stat:
       welch dict}, "agree": bool | None, "reason": str | None}}`` for each side with two or
       more sources (``tests`` only with exactly two).
     """
-    seeds = result["params"]["seeds"]
     values = {"S1": result["s1"]["values"]}
     if result["late"].get("values") is not None:
         values["LATE"] = result["late"]["values"]
     out = {}
     for side, sd in result["sides"].items():
-        groups = _groups(sd["seeds"], seeds)
+        groups = _groups(sd["seeds"], result["seeds"][side])
         if len(groups) < 2:
             continue
         for g in groups:

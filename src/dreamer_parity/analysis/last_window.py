@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from dreamer_parity.params import side_seeds
+
 __all__ = ["DECODE_METRICS", "last_window_metrics"]
 
 #: Training metrics (reference names, records.py ``train``) whose window means follow the
@@ -30,7 +32,8 @@ def last_window_metrics(params: dict, sides: dict, names=DECODE_METRICS) -> dict
     """Last-window means of training metrics, per side and seed, as flat metric keys.
 
     Args:
-      params: validated params (``seeds``, ``rows``).
+      params: validated params (each side's seeds, :func:`dreamer_parity.params.side_seeds`;
+        ``rows``).
       sides: ``{"reference" | "candidate": {"runs": [Run, ...], ...}}`` (``analyse``'s
         ``sides``); a side none of whose runs has training metrics (published runs) gives
         a ``<side>.reason`` key instead.
@@ -38,9 +41,10 @@ def last_window_metrics(params: dict, sides: dict, names=DECODE_METRICS) -> dict
 
     Returns:
       ``{"<name>.<side>.s<seed>": float | None, "<name>.<side>.mean": float | None,
-      "rows": int}``: the window ending at the last evaluation point (``params rows``);
-      None where the seed has no record there (a failed seed), no training metrics, or no
-      finite value; the mean is None unless every seed has a value.
+      "rows": int}`` for each seed of the side: the window ending at the last evaluation
+      point (``params rows``); None where the seed has no record there (a failed seed), no
+      training metrics, or no finite value; the mean is None unless every seed of the side
+      has a value.
     """
     rows = params["rows"]
     out: dict = {"rows": rows}
@@ -49,13 +53,14 @@ def last_window_metrics(params: dict, sides: dict, names=DECODE_METRICS) -> dict
         if all(r.train is None for r in runs.values()):
             out[f"{side}.reason"] = _NO_TRAIN
             continue
+        seeds = side_seeds(params, side)
         for name in names:
             vals = []
-            for seed in params["seeds"]:
+            for seed in seeds:
                 v = _value(runs[seed], rows, name)
                 out[f"{name}.{side}.s{seed}"] = v
                 if v is not None:
                     vals.append(v)
             out[f"{name}.{side}.mean"] = (sum(vals) / len(vals)
-                                          if len(vals) == len(params["seeds"]) else None)
+                                          if len(vals) == len(seeds) else None)
     return out

@@ -3,8 +3,9 @@
 ``summary.json`` holds one flat dict (keys with dots print well in ``dvc metrics
 show/diff``).  Per statistic ``X`` in ``S1``, ``S2`` (at the last row), ``LATE``:
 
-``X.reference.s<seed>``, ``X.candidate.s<seed>``, ``X.<side>.mean`` for every side that
-has the statistic (S2: a side with training episodes, also against a published side,
+``X.reference.s<seed>`` for each reference seed, ``X.candidate.s<seed>`` for each
+candidate seed (each side's own seeds: the sides may differ in number), ``X.<side>.mean``
+for every side that has the statistic (S2: a side with training episodes, also against a published side,
 whose absence is ``S2.<side>.reason``); where both sides have it, the decision
 ``X.A, X.lo, X.hi, X.LEARNS, X.WITHIN_RANGE, X.diff`` (mean candidate - mean reference),
 ``X.welch_t, X.welch_p, X.welch_df, X.welch.reason``, ``X.reason`` (no decision), and
@@ -43,7 +44,8 @@ from dreamer_parity import records
 from dreamer_parity.analysis import stats
 
 __all__ = ["summary", "write_summary", "missing_reasons", "write_plot_data", "eval_curve_frame", "entropy_frame",
-           "atomic_text", "source_rows", "source_keys", "platform_parts", "platform_text"]
+           "atomic_text", "source_rows", "source_keys", "platform_parts", "platform_text",
+           "seed_ranges"]
 
 
 #: The atomic text writer (:func:`dreamer_parity.records.write_text`).
@@ -62,7 +64,7 @@ def _num(x):
     return x if math.isfinite(x) else None
 
 
-def _stat_keys(out: dict, name: str, block: dict | None, seeds: list[int]) -> None:
+def _stat_keys(out: dict, name: str, block: dict | None, seeds: dict) -> None:
     """Keys of one statistic: per side and seed where the side has values (S2 of a side
     with training episodes against a published side), the decision where both have."""
     if block is None or block.get("reason") and "decision" not in block:
@@ -93,13 +95,14 @@ def _stat_keys(out: dict, name: str, block: dict | None, seeds: list[int]) -> No
         out[f"{name}.addition.seeds_needed.reason"] = p["reason"]
 
 
-def _side_keys(out: dict, name: str, values: dict, seeds: list[int]) -> None:
-    """``<name>.<side>.s<seed>`` and ``<name>.<side>.mean`` of every side in ``values``."""
+def _side_keys(out: dict, name: str, values: dict, seeds: dict) -> None:
+    """``<name>.<side>.s<seed>`` (the side's own ``seeds[side]``) and ``<name>.<side>.mean``
+    of every side in ``values``."""
     for side in ("reference", "candidate"):
         if side not in values:
             continue
         vals = values[side]
-        for s, v in zip(seeds, vals):
+        for s, v in zip(seeds[side], vals, strict=True):
             out[f"{name}.{side}.s{s}"] = _num(v)
             if _num(v) is None:
                 out[f"{name}.{side}.s{s}.reason"] = "undefined (an env had no finished episode)" \
@@ -130,7 +133,7 @@ def source_rows(result: dict) -> list[dict]:
     return out
 
 
-def _seed_ranges(seeds: list[int]) -> str:
+def seed_ranges(seeds: list[int]) -> str:
     """``[0, 1, 2, 4]`` as ``0-2, 4``."""
     out, seeds = [], sorted(seeds)
     i = 0
@@ -156,7 +159,7 @@ def platform_parts(result: dict) -> dict[str, list[dict]]:
 
 def platform_text(part: dict) -> str:
     """One part of :func:`platform_parts` as ``tpu/highest (s0-9)``."""
-    return f"{part['platform']}/{part['precision']} (s{_seed_ranges(part['seeds'])})"
+    return f"{part['platform']}/{part['precision']} (s{seed_ranges(part['seeds'])})"
 
 
 def source_keys(result: dict) -> dict:
@@ -179,7 +182,7 @@ def source_keys(result: dict) -> dict:
 def summary(result: dict) -> dict:
     """The flat metrics dict of a round (see the module docstring)."""
     p = result["params"]
-    seeds = p["seeds"]
+    seeds = result["seeds"]
     out = {"round": p["round"], "rows": p["rows"], "failed_rule": p["stats"]["failed_rule"]}
     out.update(source_keys(result))
     for side, runs in result["failed_seeds"].items():
@@ -255,7 +258,7 @@ def summary(result: dict) -> dict:
         for name in ("s1", "late"):
             if ctx[name] is not None:
                 key = f"context.study_candidate.{name.upper()}"
-                for s, v in zip(result["params"]["seeds"], ctx[name]):
+                for s, v in zip(result["seeds"]["reference"], ctx[name], strict=True):
                     out[f"{key}.s{s}"] = _num(v)
                 out[f"{key}.mean"] = _num(np.mean(ctx[name]))
     if "gate" in result:
@@ -325,18 +328,19 @@ def write_summary(result: dict, path) -> dict:
 def eval_curve_frame(result: dict) -> pd.DataFrame:
     """One row per (side, seed, evaluation point): ``rows, side, seed, eval_mean, s2``.
 
-    Sides ``reference`` and ``candidate``, plus ``study_candidate`` (the published study's
-    own candidate, context only; S2 not published) when the result has one.
+    Sides ``reference`` and ``candidate`` (each with its own seeds), plus
+    ``study_candidate`` (the published study's own candidate of the reference's seeds,
+    context only; S2 not published) when the result has one.
     """
     pts = result["points"]
-    seeds = result["params"]["seeds"]
+    seeds = {**result["seeds"], "study_candidate": result["seeds"]["reference"]}
     mats = {side: (result["eval"][side], result["s2"].get("curve", {}).get(side))
             for side in ("reference", "candidate")}
     if result.get("context") is not None and result["context"].get("eval") is not None:
         mats["study_candidate"] = (result["context"]["eval"], None)
     frames = []
     for side, (mat, s2) in mats.items():
-        for i, s in enumerate(seeds):
+        for i, s in enumerate(seeds[side]):
             frames.append(pd.DataFrame({
                 "rows": pts, "side": side, "seed": s, "eval_mean": mat[i],
                 "s2": s2[i] if s2 is not None else np.full(len(pts), np.nan)}))

@@ -78,7 +78,7 @@ def _eval_curves(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for side in ("reference", "candidate"):
         mat = result["eval"][side]
-        for i, s in enumerate(p["seeds"]):
+        for i, s in enumerate(result["seeds"][side]):
             ax.plot(pts, mat[i], color=COLORS[side], lw=0.8, alpha=0.35,
                     label=f"{side} seeds" if i == 0 else None)
         ax.plot(pts, mat.mean(axis=0), color=COLORS[side], lw=2.2, marker="o", ms=3,

@@ -20,7 +20,7 @@ import pandas as pd
 
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.metrics_out import (atomic_text, platform_parts, platform_text,
-                                                 source_rows)
+                                                 seed_ranges, source_rows)
 
 __all__ = ["render", "write_report", "known_differences", "plain_words"]
 
@@ -101,20 +101,33 @@ def _decision_rows(result: dict) -> list[str]:
     return lines
 
 
+def _unequal(result: dict) -> bool:
+    """Whether the two sides have different seeds (in number or in which)."""
+    return result["seeds"]["reference"] != result["seeds"]["candidate"]
+
+
 def _per_seed(result: dict) -> list[str]:
-    seeds = result["params"]["seeds"]
+    """One row per seed of either side, one column per side and statistic; a seed that
+    is not one of a side's seeds leaves that side's cells empty."""
+    sides = result["seeds"]
+    seeds = sorted(set(sides["reference"]) | set(sides["candidate"]))
     cols = [("S1", result["s1"]), (f"S2({result['s2']['row']})", result["s2"]), ("LATE", result["late"])]
     # every side that has the statistic (S2 of a side with episodes against a published one)
-    cols = [(f"{side} {n}", b["values"][side]) for n, b in cols
+    cols = [(f"{side} {n}", dict(zip(sides[side], b["values"][side], strict=True)),
+             b["values"][side]) for n, b in cols
             for side in ("reference", "candidate") if side in b.get("values", {})]
-    head = "| seed | " + " | ".join(n for n, _ in cols) + " |"
+    head = "| seed | " + " | ".join(n for n, _, _ in cols) + " |"
     lines = [head, "|---|" + "---|" * len(cols)]
-    for i, s in enumerate(seeds):
-        lines.append(f"| {s} | " + " | ".join(_f(v[i]) for _, v in cols) + " |")
+    for s in seeds:
+        lines.append(f"| {s} | " + " | ".join(_f(by[s]) if s in by else "" for _, by, _ in cols)
+                     + " |")
     cells = []
-    for _, v in cols:
+    for _, _, v in cols:
         cells.append(_f(np.mean(v)) if np.isfinite(v).all() else "n/a")
     lines.append("| mean | " + " | ".join(cells) + " |")
+    if _unequal(result):
+        lines += ["", f"Each side's mean is over its own seeds ({len(sides['reference'])} reference, "
+                      f"{len(sides['candidate'])} candidate); an empty cell: not a seed of that side."]
     return lines
 
 
@@ -133,7 +146,7 @@ def _additions(result: dict) -> list[str]:
 
 
 def _curve_table(result: dict, key: str) -> list[str]:
-    seeds = result["params"]["seeds"]
+    seeds = {**result["seeds"], "study_candidate": result["seeds"]["reference"]}
     pts = result["points"]
     mats = dict(result["eval"] if key == "eval" else result["s2"]["curve"])
     short = {"reference": "ref", "candidate": "cand", "study_candidate": "study cand"}
@@ -142,7 +155,7 @@ def _curve_table(result: dict, key: str) -> list[str]:
         mats["study_candidate"] = ctx["eval"]
     head = ["rows"]
     for side in mats:
-        head += [f"{short[side]} s{s}" for s in seeds] + [f"{short[side]} mean"]
+        head += [f"{short[side]} s{s}" for s in seeds[side]] + [f"{short[side]} mean"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for j, r in enumerate(pts):
         cells = [str(r)]
@@ -323,7 +336,12 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           f"({cand['layout']} layout).",
           f"* Pre-registration: [{prereg_link}]({prereg_link})" if prereg_link else
           "* Pre-registration: none given for this round.",
-          f"* Seeds {p['seeds']}; {p['rows']} rows; evaluation every {p['eval_every']} rows with "
+          (f"* Seeds {p['seeds']}; " if not _unequal(result) else
+           f"* Seeds of each side: reference {seed_ranges(result['seeds']['reference'])} "
+           f"({len(result['seeds']['reference'])} seeds), candidate "
+           f"{seed_ranges(result['seeds']['candidate'])} ({len(result['seeds']['candidate'])} "
+           f"seeds); ")
+          + f"{p['rows']} rows; evaluation every {p['eval_every']} rows with "
           f"{p['eval_episodes']} episodes; profile `{p['profile']}`; candidate decode `{p['decode']}`; "
           f"reference decode `{p['reference']['decode']}`, sampler `{p['reference']['sampler']}`."]
     L += [f"* Note: {n}" for n in notes]
@@ -352,6 +370,8 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     for k, v in p["reference"].items():
         L.append(f"| reference.{k} | {v} |")
     for k, v in p["candidate"].items():
+        if k == "seeds" and v is None:
+            continue   # null: the round's seeds, the row above
         L.append(f"| candidate.{k} | {v} |")
     for k, v in st.items():
         L.append(f"| stats.{k} | {v} |")
@@ -363,6 +383,15 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           f"t-test on the per-seed values. S1 rows {st['s1_rows']}; S2 at row {result['s2']['row']}; "
           + (f"LATE over [{st['late_rows'][0]}, {st['late_rows'][1]}] ({len(result['late']['points'])} "
              f"points)." if st["late_rows"] else f"LATE: {result['late']['reason']}."), ""]
+    if _unequal(result):
+        L += [f"The sides have {len(result['seeds']['candidate'])} candidate and "
+              f"{len(result['seeds']['reference'])} reference seeds "
+              f"(docs/SIDES.md, \"Sides of unequal size\"). Every statistic takes each side as an "
+              "independent sample of its own size: nothing pairs a candidate seed with the "
+              "reference seed of the same number. A is the mean over the candidate's seeds; "
+              "[lo, hi] is the range of the reference's seeds, which widens as the reference "
+              "has more seeds (LEARNS and WITHIN_RANGE are then easier to meet); Welch's test "
+              "and its degrees of freedom use each side's own n and variance.", ""]
     L += _decision_rows(result)
     ctx = result.get("context")
     if ctx is not None and ctx.get("missing"):
@@ -378,15 +407,23 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
               + (" | reference LATE | candidate LATE | study's candidate LATE |"
                  if ctx["late"] is not None else " |"),
               "|---|---|---|---|" + ("---|---|---|" if ctx["late"] is not None else "")]
-        rows = list(result["params"]["seeds"]) + ["mean"]
+        # one row per reference seed (the study's candidate is read for those); the
+        # candidate's cell by seed, empty where the candidate has no such seed; the mean
+        # row is each side's mean over its own seeds
+        ref_seeds = result["seeds"]["reference"]
+        rows = list(ref_seeds) + ["mean"]
         for i, s in enumerate(rows):
-            def cell(a):
-                return _f(np.mean(a)) if s == "mean" else _f(a[i])
+            def cell(a, side="reference"):
+                if s == "mean":
+                    return _f(np.mean(a))
+                own = result["seeds"][side]
+                return _f(a[own.index(s)]) if s in own else ""
             line = (f"| {s} | {cell(result['s1']['values']['reference'])} | "
-                    f"{cell(result['s1']['values']['candidate'])} | {cell(ctx['s1'])}")
+                    f"{cell(result['s1']['values']['candidate'], 'candidate')} | {cell(ctx['s1'])}")
             if ctx["late"] is not None:
                 line += (f" | {cell(result['late']['values']['reference'])} | "
-                         f"{cell(result['late']['values']['candidate'])} | {cell(ctx['late'])}")
+                         f"{cell(result['late']['values']['candidate'], 'candidate')} | "
+                         f"{cell(ctx['late'])}")
             L.append(line + " |")
     if "gate" in result:
         from dreamer_parity.analysis import gate

@@ -16,7 +16,14 @@ over reference seeds, ``LEARNS = A >= lo``, ``WITHIN_RANGE = lo <= A <= hi``, We
 two-sided t-test (``scipy.stats.ttest_ind(equal_var=False)``).  Additions (labelled as
 such in every output): a percentile bootstrap 95% interval of the difference of means
 (candidate - reference), resampling seeds within each side with a fixed generator, and
-the seeds per side a two-sided Welch test at alpha 0.05 needs for 80% power.  The
+the seeds per side a two-sided Welch test at alpha 0.05 needs for 80% power.
+
+The two sides may hold different numbers of seeds (``params.side_seeds``): every
+statistic here takes each side as an independent sample of its own size (Welch's t and
+its Welch-Satterthwaite df, the range of the reference seeds, the bootstrap resampling
+each side within itself); none pairs seed S of one side with seed S of the other.  The
+power figure stays "seeds per side" at equal numbers (a planning figure), its pooled
+standard deviation weighing each side by its own ``n - 1``.  The
 further labelled additions (equivalence test, rliable aggregates, collapse flags) are
 in :mod:`dreamer_parity.analysis.additions`; this bootstrap of the difference of means
 is kept there rather than duplicated with rliable.
@@ -290,13 +297,19 @@ def n_for_effect(d: float, alpha: float = 0.05, power: float = 0.8, n_max: int =
     return hi
 
 
-def decide(cand, ref, name: str = "statistic", seeds: list[int] | None = None) -> dict:
+def decide(cand, ref, name: str = "statistic", seeds: list[int] | dict | None = None) -> dict:
     """The pre-registered rule on per-seed values, with Welch's test and the additions.
 
+    The sides are independent samples and may differ in size: nothing here pairs a
+    candidate seed with a reference seed (``A`` is the candidate's mean over its seeds,
+    ``[lo, hi]`` the reference seeds' range, Welch's test, the bootstrap resampling
+    each side on its own and the power figure take each side's own n).
+
     Args:
-      cand, ref: per-seed values (float64 ``[seeds]``), candidate and reference.
+      cand, ref: per-seed values (float64 ``[seeds of that side]``), candidate and reference.
       name: the statistic's name, used in reasons.
-      seeds: seed numbers of the values (both sides), used in reasons; default indices.
+      seeds: seed numbers of the values, used in reasons: ``{"candidate": [..],
+        "reference": [..]}``, or one list for both sides; default indices.
 
     Returns:
       ``{"A", "lo", "hi", "diff" (mean candidate - mean reference), "LEARNS", "WITHIN_RANGE", "welch": {...}, "bootstrap": {...},
@@ -305,7 +318,8 @@ def decide(cand, ref, name: str = "statistic", seeds: list[int] | None = None) -
     """
     c, r = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     def label(side, i):
-        return f"{side} seed {seeds[i]}" if seeds is not None and i < len(seeds) else f"{side} #{i}"
+        own = seeds.get(side) if isinstance(seeds, dict) else seeds
+        return f"{side} seed {own[i]}" if own is not None and i < len(own) else f"{side} #{i}"
 
     bad = [label("candidate", i) for i in np.nonzero(~np.isfinite(c))[0]] + \
           [label("reference", i) for i in np.nonzero(~np.isfinite(r))[0]]
