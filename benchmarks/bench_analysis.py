@@ -18,7 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
 
 # the synthetic round writer the tests use (tests/synthetic.py)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -55,7 +54,7 @@ def main() -> int:
         plots.write_figures(res, tmp / "metrics" / "plots")
         t_figures = time.perf_counter() - t
 
-        (tmp / "params.yaml").write_text(yaml.safe_dump(raw))
+        synthetic.write_params(tmp / "params.yaml", raw)   # a complete file (params.load)
         t = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "dreamer_parity.analysis.compare", "--params", "params.yaml",
