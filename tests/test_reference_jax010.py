@@ -215,7 +215,8 @@ def test_keep_takes_the_archive_and_the_checkout_stays_verified(device_run, tmp_
                         "--params", str(pfile)], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "kept" / "s0").iterdir()) == [
-        "DONE.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json", "timing.json"]
+        "DONE.json", "MANIFEST.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json",
+        "timing.json"]
     rs.check_checkout(rs.checkout_dir(device_run["root"]))     # nothing written into it
 
 
