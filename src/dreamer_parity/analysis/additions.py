@@ -68,6 +68,8 @@ import warnings
 import numpy as np
 from scipy import stats as sps
 
+from dreamer_parity.analysis import stats
+
 __all__ = ["tost", "tost_reading", "tost_power", "tost_seeds_needed", "tost_power_welch",
            "tost_candidate_seeds_needed", "rliable_block", "iqm_and_mean",
            "probability_of_improvement", "performance_profile", "collapse_flags", "compute",
@@ -186,18 +188,8 @@ def tost_seeds_needed(s: float, margin: float, alpha: float = ALPHA, power: floa
         return None, "no within-side variance"
     if not (margin > 0.0):
         return None, "margin is 0: equivalence cannot be shown with any number of seeds"
-    lo, hi = 1, 2
-    while tost_power(hi, s, margin, alpha) < power:
-        if hi >= n_max:
-            return None, f"more than {n_max} seeds per side"
-        lo, hi = hi, min(2 * hi, n_max)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if tost_power(mid, s, margin, alpha) >= power:
-            hi = mid
-        else:
-            lo = mid
-    return hi, None
+    n = stats.smallest_n(lambda k: tost_power(k, s, margin, alpha), power, n_max)
+    return (n, None) if n is not None else (None, f"more than {n_max} seeds per side")
 
 
 def tost_power_welch(n_c: int, n_r: int, s_c: float, s_r: float, margin: float,
@@ -226,26 +218,18 @@ def tost_candidate_seeds_needed(s_c: float, s_r: float, n_r: int, margin: float,
     def pw(n: int) -> float:
         return tost_power_welch(n, n_r, s_c, s_r, margin, alpha)
 
-    lo, hi = 1, 2
-    while pw(hi) < power:
-        if hi >= n_max:
-            if s_r == 0.0:
-                return None, f"more than {n_max} candidate seeds"
-            df = n_r - 1
-            bound = max(0.0, 2.0 * float(sps.t.cdf(margin / (s_r / math.sqrt(n_r))
-                                                   - sps.t.ppf(1.0 - alpha, df), df)) - 1.0)
-            return None, (f"not reachable with {n_r} reference seeds: with any number of "
-                          f"candidate seeds the power stays at most {bound:.2f} (the reference "
-                          f"side's standard error {s_r / math.sqrt(n_r):.3g} against the margin "
-                          f"{margin:.3g}); more reference seeds are needed")
-        lo, hi = hi, min(2 * hi, n_max)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if pw(mid) >= power:
-            hi = mid
-        else:
-            lo = mid
-    return hi, None
+    n = stats.smallest_n(pw, power, n_max)
+    if n is not None:
+        return n, None
+    if s_r == 0.0:
+        return None, f"more than {n_max} candidate seeds"
+    df = n_r - 1
+    bound = max(0.0, 2.0 * float(sps.t.cdf(margin / (s_r / math.sqrt(n_r))
+                                           - sps.t.ppf(1.0 - alpha, df), df)) - 1.0)
+    return None, (f"not reachable with {n_r} reference seeds: with any number of "
+                  f"candidate seeds the power stays at most {bound:.2f} (the reference "
+                  f"side's standard error {s_r / math.sqrt(n_r):.3g} against the margin "
+                  f"{margin:.3g}); more reference seeds are needed")
 
 
 # ----------------------------------------------------------------------------- rliable

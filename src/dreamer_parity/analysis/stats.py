@@ -282,7 +282,14 @@ def n_for_effect(d: float, alpha: float = 0.05, power: float = 0.8, n_max: int =
         ncp = d * math.sqrt(n / 2)
         return float(sps.nct.sf(tcrit, df, ncp) + sps.nct.cdf(-tcrit, df, ncp))
 
-    # power increases with n: double, then bisect
+    return smallest_n(pw, power, n_max)
+
+
+def smallest_n(pw, power: float, n_max: int) -> int | None:
+    """Smallest ``n >= 2`` with ``pw(n) >= power``, for a power function ``pw`` that grows
+    with ``n``: doubling from 2 up to ``n_max``, then bisecting; None when ``pw(n_max)`` is
+    still below ``power`` (the one seed-count search of :func:`n_for_effect` and of
+    :mod:`.additions`' TOST figures)."""
     lo, hi = 1, 2
     while pw(hi) < power:
         if hi >= n_max:
