@@ -28,8 +28,9 @@ PASSES = {"default": 1, "high": 3, "highest": 6}
 #: bfloat16 matrix throughput measured on the lent TPU v5e (device tool's KINDS.md), TFLOP/s.
 TPU_V5E_TFLOPS = 167.0
 #: The reference at 29eb964 on the same TPU v5e, seconds per update in its own loop
-#: (jax 0.10.2, precision highest; docs/REFERENCE_RUN.md).
-REFERENCE_TPU_S_PER_UPDATE = 0.0169
+#: (jax 0.10.2, precision highest; docs/REFERENCE_RUN.md,
+#: benchmarks/results/2026-12-06-tpu-reference-4800-s0.json).
+REFERENCE_TPU_S_PER_UPDATE = 0.0170
 
 
 def loop_points(res: dict) -> tuple[list[tuple[int, float]], list[int], str]:
