@@ -174,6 +174,20 @@ def write_params(path, raw: dict) -> Path:
 ROUND1_PARAMS = Path(__file__).resolve().parent / "fixtures" / "params_round1.yaml"
 
 
+def with_key(raw: dict, dotted: str, value) -> dict:
+    """A deep copy of params ``raw`` with the entry ``dotted`` (``a.b``) set to ``value`` as
+    given (not validated: a test may set a bad value on purpose)."""
+    import copy
+
+    out = copy.deepcopy(raw)
+    node = out
+    *parents, last = dotted.split(".")
+    for k in parents:
+        node = node[k]
+    node[last] = value
+    return out
+
+
 def params_text(overrides: dict | None = None) -> str:
     """Round 1's complete params file with ``{dotted key: raw value}`` set (a value may be
     invalid on purpose: it is written as given, not validated), as YAML text."""

@@ -4,7 +4,6 @@ Numbers inside lists (records.jsonl, published evals.jsonl), one rule per parame
 every entry point, and the versions a run imported against the pins.
 """
 
-import copy
 import json
 import math
 import os
@@ -166,13 +165,7 @@ _VALID = params_mod.validate({
 
 
 def _with(dotted: str, value) -> dict:
-    d = copy.deepcopy(_VALID)
-    *parents, last = dotted.split(".")
-    node = d
-    for k in parents:
-        node = node[k]
-    node[last] = value
-    return d
+    return synthetic.with_key(_VALID, dotted, value)
 
 
 _BAD = {

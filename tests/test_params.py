@@ -1,6 +1,5 @@
 """params.yaml schema: defaults, one-line errors naming the key, values as DVC writes them."""
 
-import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ import yaml
 
 from dreamer_parity import params as P
 from dreamer_parity.params import ParamsError, eval_points, load, validate
+import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
 #: Round 1's params file: the base the tests below edit.
@@ -20,14 +20,7 @@ def _defaults_raw() -> dict:
     return yaml.safe_load(ROUND1.read_text())
 
 
-def _set(raw: dict, dotted: str, value) -> dict:
-    raw = copy.deepcopy(raw)
-    d = raw
-    *parents, last = dotted.split(".")
-    for k in parents:
-        d = d[k]
-    d[last] = value
-    return raw
+_set = synthetic.with_key
 
 
 def _error(raw) -> str:
@@ -90,7 +83,6 @@ def test_accepted_choices(key, value, expected):
 def test_reference_environment_platform_and_precision_from_yaml(tmp_path):
     """reference.jax reads as the string it is written as (0.10.2 is no number), and a
     round on the TPU names the jax 0.10.2 environment; the defaults are today's rounds'."""
-    import synthetic   # tests/synthetic.py: a complete params file
     f = tmp_path / "params.yaml"
     f.write_text(synthetic.params_text({"reference.jax": "0.10.2", "reference.platform": "tpu",
                                         "reference.precision": "highest"}))
