@@ -22,7 +22,7 @@ jax 0.10.2 (``reference.jax: 0.10.2``):
 
 in one command, with the call carrying ``[".tpu-ref"]``:
 
-1. installs the wheels into ``--site`` (``/tmp/site``; ``pip --no-index --no-deps
+1. installs the wheels into ``--site`` (``site`` in the temporary directory; ``pip --no-index --no-deps
    --target``), put at the end of ``PYTHONPATH`` so that the machine's own jax stays first
    (skipped when that folder already holds them: a warm machine);
 2. sets the reference up under ``--root`` (default as ``reference.setup``: the per-user
@@ -56,10 +56,13 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: The machine's temporary directory: where the wheels and the run go by default.
+TMP = Path(tempfile.gettempdir())
 sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import archive  # noqa: E402  (standard library only)
@@ -241,11 +244,13 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default=None, help="the archive's name: NAME.tar.gz in --out-dir")
     ap.add_argument("--carry", default=str(REPO / ".tpu-ref"),
                     help="the carried folder (wheels/ and the export; default .tpu-ref)")
-    ap.add_argument("--site", default="/tmp/site", help="where the wheels are installed")
+    ap.add_argument("--site", default=str(TMP / "site"),
+                    help="where the wheels are installed (default: site in the temporary directory)")
     ap.add_argument("--root", default=None, help="reference set-up root (default as "
                                                  "python -m dreamer_parity.reference.setup)")
     ap.add_argument("--work", default=None,
-                    help="where the run is made (default /tmp/device-reference/NAME)")
+                    help="where the run is made (default: device-reference/NAME in the "
+                         "temporary directory)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT"),
                     help="where the archive and the log go (default $OUT)")
     ap.add_argument("--interpreter", default=sys.executable,
@@ -277,7 +282,7 @@ def main(argv=None) -> int:
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = _Log(out_dir / f"{a.name}.log")
-    work = Path(a.work or f"/tmp/device-reference/{a.name}")
+    work = Path(a.work) if a.work else TMP / "device-reference" / a.name
     run_dir = records.run_dir(work / "results", "reference", a.seed)
     carry, site = Path(a.carry), Path(a.site)
     t0 = time.time()
