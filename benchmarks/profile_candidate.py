@@ -1,4 +1,5 @@
-"""Per-op profile of the candidate's vmapped train step on CPU (where the update time goes).
+"""Per-op profile of the candidate's vmapped train step, on CPU or on an accelerator (where
+the update time goes).
 
     XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
         .venv/bin/python benchmarks/profile_candidate.py [--profile full] [--seeds 3] [--updates 3]
@@ -30,6 +31,20 @@ N largest groups.  Ops that an XLA pass made (the first stage of a large reducti
 option the persistent compilation cache is off for the run, so the line numbers are those of
 the code on disk.
 
+**On an accelerator** (jax's default backend is not ``cpu``; the XLA flag is then not
+needed) the op events are the device's own: those of the trace's ``/device:...`` processes,
+on their ``XLA Ops`` line where the trace has one (:func:`op_events`), so the seconds are the
+chip's busy time per op rather than host threads'. On the lent TPU machine, in one device
+call (``. benchmarks/device_env.sh`` first; ``JAX_DEFAULT_MATMUL_PRECISION=highest`` as the
+runs use)::
+
+    python3 benchmarks/profile_candidate.py --loop --seeds 1 --chunk-steps 2 \
+        --by-source 40 --out $OUT/profile-1seed
+
+``--out DIR`` writes ``profile.json`` (the figures printed below, per update) and the
+trace itself, as ``trace.json.gz`` (the trace viewer's JSON) and ``trace.xplane.pb`` (the
+profiler's record), into ``DIR``; the files name no host.
+
 Prints, per update: wall seconds, total op seconds (summed over
 threads), the top ops, and the op seconds grouped by kind (dot/matmul custom calls, fusions,
 copies, while loops' own bodies, others).  Without the XLA flag above the trace holds no
@@ -45,6 +60,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -77,18 +93,53 @@ def _kind(name: str) -> str:
     return "other"
 
 
-def op_events(trace_dir: str):
-    """(name, duration s, thread id, start s) of every complete event in the trace."""
+def trace_file(trace_dir: str) -> str:
+    """The trace viewer's JSON (``*.trace.json.gz``) that ``jax.profiler.trace`` wrote under
+    ``trace_dir``; FileNotFoundError when there is none."""
     files = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
     if not files:
         raise FileNotFoundError("no *.trace.json.gz under the trace directory")
-    with gzip.open(files[0], "rt") as f:
+    return files[0]
+
+
+def op_events(trace_dir: str, device: bool = False):
+    """(name, duration s, thread id, start s) of the complete events (``"ph": "X"``) of the
+    trace under ``trace_dir``.
+
+    With ``device`` False: every complete event (on CPU the ops run on host threads).  With
+    ``device`` True: only the events of processes named ``/device:...`` (an accelerator's
+    plane in the trace), and of those only the threads named ``XLA Ops`` when the process
+    has such a thread (the per-op line; the module and step lines above it would count each
+    op twice).  Raises FileNotFoundError when there is no trace, and ValueError when
+    ``device`` is True and the trace has no device process (a trace taken on the CPU)."""
+    with gzip.open(trace_file(trace_dir), "rt") as f:
         data = json.load(f)
     events = data["traceEvents"] if isinstance(data, dict) else data
+    keep = None
+    if device:
+        procs, threads = {}, collections.defaultdict(dict)
+        for e in events:
+            if e.get("ph") == "M" and e.get("name") == "process_name":
+                procs[e.get("pid")] = str(e.get("args", {}).get("name", ""))
+            elif e.get("ph") == "M" and e.get("name") == "thread_name":
+                threads[e.get("pid")][e.get("tid")] = str(e.get("args", {}).get("name", ""))
+        keep = set()
+        for pid, name in procs.items():
+            if not name.startswith("/device:"):
+                continue
+            ops = {tid for tid, tname in threads[pid].items() if tname == "XLA Ops"}
+            tids = ops or set(threads[pid]) | {None}
+            keep |= {(pid, tid) for tid in tids}
+        if not keep:
+            raise ValueError("op_events: the trace has no /device: process (taken on the CPU?)")
     out = []
     for e in events:
-        if e.get("ph") == "X" and "dur" in e:
-            out.append((e.get("name", "?"), e["dur"] * 1e-6, e.get("tid"), e["ts"] * 1e-6))
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        if keep is not None and (e.get("pid"), e.get("tid")) not in keep \
+                and (e.get("pid"), None) not in keep:
+            continue
+        out.append((e.get("name", "?"), e["dur"] * 1e-6, e.get("tid"), e["ts"] * 1e-6))
     return out
 
 
@@ -185,8 +236,9 @@ def source_of_ops(hlo_text: str) -> dict[str, tuple[str, bool]]:
     return out
 
 
-def _print_by_source(hlo_text, by_name, count, n, top):
-    """Print the ``top`` largest groups of op seconds per update by source line."""
+def _print_by_source(hlo_text, by_name, count, n, top) -> list[dict]:
+    """Print the ``top`` largest groups of op seconds per update by source line; return
+    them as ``[{"ms", "ops", "repeat", "pass", "source"}]`` (ms per update)."""
     src = source_of_ops(hlo_text)
     groups, ops = collections.Counter(), collections.Counter()
     for name, sec in by_name.items():
@@ -199,8 +251,12 @@ def _print_by_source(hlo_text, by_name, count, n, top):
         groups[key] += sec
         ops[key] += 1
     print(f"op seconds per update by source ({len(groups)} groups, the {top} largest):")
+    out = []
     for (rep, way, where), sec in groups.most_common(top):
-        print(f"  {sec * 1e3:8.1f} ms  {ops[(rep, way, where)]:4d} ops  {rep:>4} {way}  {where}")
+        print(f"  {sec * 1e3:8.3f} ms  {ops[(rep, way, where)]:4d} ops  {rep:>4} {way}  {where}")
+        out.append({"ms": sec * 1e3, "ops": ops[(rep, way, where)], "repeat": rep,
+                    "pass": way, "source": where})
+    return out
 
 
 def _trace_step(a):
@@ -210,7 +266,8 @@ def _trace_step(a):
     states = jax.vmap(lambda k: init(k, cfg))(keys)
     batches = jax.tree_util.tree_map(
         lambda *x: np.stack(x), *[synthetic_batch(cfg, 16, 65, i) for i in range(a.seeds)])
-    step = jax.jit(jax.vmap(partial(train_step, cfg)), compiler_options=XLA_CPU_OPTIONS)
+    step = jax.jit(jax.vmap(partial(train_step, cfg)),
+                   compiler_options=None if a.device else XLA_CPU_OPTIONS)
     t0 = time.perf_counter()
     compiled = step.lower(states, batches, keys).compile()
     print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
@@ -227,8 +284,20 @@ def _trace_step(a):
                 states, outs, m = compiled(states, batches, keys)
                 jax.block_until_ready(states)
                 walls.append(time.perf_counter() - t0)
-        events = op_events(tmp)
+        events = _collect(tmp, a)
     return events, walls, a.updates
+
+
+def _collect(tmp: str, a):
+    """The op events of the trace in ``tmp`` (the device's own off the CPU); with ``--out``,
+    first a copy of the trace as ``<out>/trace.json.gz`` and of the profiler's own record
+    as ``<out>/trace.xplane.pb`` (for tools that read it), kept even when reading fails."""
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(trace_file(tmp), Path(a.out) / "trace.json.gz")
+        for x in glob.glob(os.path.join(tmp, "**", "*.xplane.pb"), recursive=True)[:1]:
+            shutil.copyfile(x, Path(a.out) / "trace.xplane.pb")
+    return op_events(tmp, device=a.device)
 
 
 def _dump_hlo(compiled, path):
@@ -273,7 +342,7 @@ def _trace_loop(a):
             carry, _ = chunk(carry, jnp.asarray(c, jnp.int32))
             jax.block_until_ready(carry)
             walls = [time.perf_counter() - t0]
-        events = op_events(tmp)
+        events = _collect(tmp, a)
     return events, walls, int(sum(c)) * a.seeds
 
 
@@ -291,8 +360,11 @@ def main(argv=None) -> int:
                     help="also print the N largest groups of op time by source line")
     ap.add_argument("--chunk-steps", type=int, default=3,
                     help="vector steps per chunk with --loop (8 vector steps give 64 updates)")
+    ap.add_argument("--out", default=None, metavar="DIR",
+                    help="write profile.json and the trace (trace.json.gz) into DIR")
     a = ap.parse_args(argv)
-    if "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
+    a.device = jax.default_backend() != "cpu"
+    if not a.device and "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
         print("profile_candidate: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true "
               "(otherwise the trace has no per-op events)", file=sys.stderr)
         return 2
@@ -315,26 +387,50 @@ def main(argv=None) -> int:
         by_name[name] += dur / n
         count[name] += 1
         by_kind[_kind(name)] += dur / n
-    print(f"seeds={a.seeds} {'loop' if a.loop else 'isolated step'}: wall per update "
-          f"{sum(walls) / n:.3f} s (calls: {[round(w, 3) for w in walls]}, {n} updates)")
-    print(f"op events per update: {sum(count.values()) / n:.0f}, op s per update "
-          f"{sum(by_name.values()):.3f} (nested events count twice)")
-    for k, v in by_kind.most_common():
-        print(f"  kind {k:28s} {v:.3f} s")
     loop = [k for k in count if count[k] % (64 * n) == 0]   # the observe loops' ops
-    print(f"ops repeated 64x per update (observe loops): {len(loop)} ops, "
-          f"{sum(count[k] for k in loop) / n:.0f} events, {sum(by_name[k] for k in loop):.3f} s")
     busy = _busy(events, skip)
     gaps = _gaps(events, skip)
-    print(f"idle gaps (no op running) per update: {sum(gaps.values()) / n:.3f} s; "
+    res = {
+        "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+        "program": "loop" if a.loop else "isolated step", "profile": a.profile,
+        "seeds": a.seeds, "updates": n,
+        "wall_ms_per_update": sum(walls) / n * 1e3, "calls_s": walls,
+        "op_events_per_update": sum(count.values()) / n,
+        "op_ms_per_update": sum(by_name.values()) * 1e3,
+        "by_kind_ms": {k: v * 1e3 for k, v in by_kind.most_common()},
+        "observe_loop_ops": {"ops": len(loop), "events_per_update": sum(count[k] for k in loop) / n,
+                             "ms_per_update": sum(by_name[k] for k in loop) * 1e3},
+        "idle_ms_per_update": sum(gaps.values()) / n * 1e3,
+        "covered_ms_per_update": {"one_op": busy[0] / n * 1e3, "two_ops": busy[1] / n * 1e3},
+        "top_ops": [{"name": k, "ms": v * 1e3, "per_update": count[k] / n}
+                    for k, v in by_name.most_common(a.top)],
+    }
+    print(f"seeds={a.seeds} {res['program']} on {res['backend']} ({res['device_kind']}): wall "
+          f"per update {res['wall_ms_per_update']:.2f} ms (calls: "
+          f"{[round(w, 3) for w in walls]} s, {n} updates)")
+    print(f"op events per update: {res['op_events_per_update']:.0f}, op ms per update "
+          f"{res['op_ms_per_update']:.2f} (nested events count twice)")
+    for k, v in res["by_kind_ms"].items():
+        print(f"  kind {k:28s} {v:9.3f} ms")
+    print(f"ops repeated 64x per update (observe loops): {len(loop)} ops, "
+          f"{res['observe_loop_ops']['events_per_update']:.0f} events, "
+          f"{res['observe_loop_ops']['ms_per_update']:.3f} ms")
+    print(f"idle gaps (no op running) per update: {res['idle_ms_per_update']:.3f} ms; "
           f"largest, by the op that ended before the gap:")
     for name, v in gaps.most_common(12):
-        print(f"  {v / n * 1e3:8.1f} ms  after {name[:80]}")
-    print(f"wall covered by >=1 op: {busy[0] / n:.3f} s, by >=2 ops: {busy[1] / n:.3f} s")
-    for name, v in by_name.most_common(a.top):
-        print(f"  {v * 1e3:8.1f} ms  x{count[name] / n:6.0f}  {name[:90]}")
+        print(f"  {v / n * 1e3:8.3f} ms  after {name[:80]}")
+    print(f"wall covered by >=1 op: {busy[0] / n * 1e3:.3f} ms, by >=2 ops: "
+          f"{busy[1] / n * 1e3:.3f} ms")
+    for o in res["top_ops"]:
+        print(f"  {o['ms']:8.3f} ms  x{o['per_update']:6.0f}  {o['name'][:90]}")
     if a.by_source:
-        _print_by_source(a.hlo_text, by_name, count, n, a.by_source)
+        res["by_source"] = _print_by_source(a.hlo_text, by_name, count, n, a.by_source)
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "profile.json").write_text(json.dumps(res, indent=1) + "\n")
+        print(f"profile written to {a.out}")
     return 0
 
 
