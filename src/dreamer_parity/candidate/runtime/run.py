@@ -88,6 +88,8 @@ def chunk_steps_for(steps_per_point: int, limit: int = CHUNK_MAX) -> int:
 def parse_seed_batch(text: str):
     """The ``--seed-batch`` value ``text`` as :func:`run` and :func:`.loop.build` take it.
 
+    Imports no jax, so the command line refuses a bad value before jax starts.
+
     Args:
       text: ``"auto"``, ``"all"`` or a positive decimal integer of at most
         :data:`SEED_BATCH_MAX` (surrounding blanks ignored).
@@ -98,7 +100,6 @@ def parse_seed_batch(text: str):
 
     Raises:
       RunParamsError: any other text; the one-line message names ``--seed-batch``.
-      Imports no jax, so the command line refuses a bad value before jax starts.
     """
     word = str(text).strip()
     if word == "auto":
