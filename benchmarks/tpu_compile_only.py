@@ -31,8 +31,9 @@ The ``init`` and ``point`` programs do not run the train step, so ``--seed-batch
 change them: they are compiled once per seed count and their figures repeated.  The
 output JSON (rewritten after every entry, so an interrupted sizing keeps what it
 finished) holds no absolute path and no host name; ``--append`` keeps the entries of an
-existing file (an entry of the same seeds and seed batch is replaced).  The end prints a
-Markdown table.
+existing file of the same settings (an entry of the same seeds and seed batch is
+replaced), and each entry names the invocation (command line, date, commit) that made
+it.  The end prints a Markdown table.
 
 Needs the ``libtpu`` package (the TPU compiler; not in requirements.lock): a wheel
 unpacked on ``PYTHONPATH``.  The script sets ``TPU_ACCELERATOR_TYPE=v5litepod-1``,
@@ -167,6 +168,37 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
     by = {entry_key(e): e for e in old}
     by.update({entry_key(e): e for e in new})
     return [by[k] for k in sorted(by)]
+
+
+def previous(prev: dict, settings: dict) -> tuple[list[dict], list[dict]]:
+    """The invocations and entries of an earlier result file that ``--append`` keeps.
+
+    Args:
+      prev: the file's JSON object; settings: this invocation's ``settings`` (without
+        ``device_kind``).
+
+    Returns:
+      ``(invocations, results)``.  A file of one invocation without an ``invocations``
+      list (its ``argv``, ``date_utc`` and ``code`` at the top) gives that one, and its
+      entries point at it (``"invocation": 0``).
+
+    Raises:
+      ValueError: another schema, or settings that differ from ``settings`` (the figures
+        of other settings are not comparable; the message names the keys).
+    """
+    if prev.get("schema") != SCHEMA:
+        raise ValueError(f"schema {prev.get('schema')!r}, not {SCHEMA!r}")
+    theirs = {k: v for k, v in prev.get("settings", {}).items() if k != "device_kind"}
+    differ = sorted(k for k in set(theirs) | set(settings) if theirs.get(k) != settings.get(k))
+    if differ:
+        raise ValueError(f"its settings differ in {', '.join(differ)}")
+    invocations = prev.get("invocations")
+    results = [dict(e) for e in prev.get("results", [])]
+    if invocations is None:
+        invocations = [{k: prev.get(k) for k in ("argv", "date_utc", "code")}]
+        for e in results:
+            e.setdefault("invocation", 0)
+    return list(invocations), results
 
 
 def table(entries: list[dict]) -> str:
@@ -378,14 +410,15 @@ def main(argv=None) -> int:
     if a.rows % NUM_ENVS:
         ap.error(f"--rows {a.rows} is not a multiple of {NUM_ENVS}")
     out = Path(a.out)
-    old = []
+    settings = {"topology": a.topology, "profile": a.profile, "rows": a.rows,
+                "capacity": a.rows // NUM_ENVS, "chunk_steps": a.chunk_steps,
+                "eval_episodes": a.eval_episodes, "precision": a.precision,
+                "hbm_bytes": a.hbm_bytes, "headroom": a.headroom}
+    invocations, old = [], []
     if a.append and out.exists():
         try:
-            prev = json.loads(out.read_text())
-            if prev.get("schema") != SCHEMA:
-                raise ValueError(f"schema {prev.get('schema')!r}, not {SCHEMA!r}")
-            old = prev["results"]
-        except (OSError, ValueError, KeyError) as e:
+            invocations, old = previous(json.loads(out.read_text()), settings)
+        except (OSError, ValueError) as e:
             print(f"tpu_compile_only: error: --append {out.name}: {e}", file=sys.stderr)
             return 2
     log = lambda m: print(f"[tpu_compile_only] {m}", file=sys.stderr, flush=True)  # noqa: E731
@@ -400,27 +433,24 @@ def main(argv=None) -> int:
         return 2
     import jax
     import jaxlib
+    invocations.append({"argv": _argv_recorded(argv),
+                        "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "code": provenance.git_state(REPO, ["src", "benchmarks"])})
     res = {"schema": SCHEMA,
            "note": "the TPU compiler's estimates for a compile-only topology, not device "
                    "measurements",
-           "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "argv": _argv_recorded(argv),
-           "settings": {"topology": a.topology, "device_kind": compiler.device_kind,
-                        "profile": a.profile, "rows": a.rows,
-                        "capacity": a.rows // NUM_ENVS, "chunk_steps": a.chunk_steps,
-                        "eval_episodes": a.eval_episodes, "precision": a.precision,
-                        "hbm_bytes": a.hbm_bytes, "headroom": a.headroom},
+           "settings": {**settings, "device_kind": compiler.device_kind},
            "host": {"cpu": provenance.cpu_model(), "cpu_count": os.cpu_count()},
            "versions": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                         "libtpu": libtpu},
-           "code": provenance.git_state(REPO, ["src", "benchmarks"]),
-           "results": old}
+           "invocations": invocations, "results": old}
     for n, sb in plan(a.seeds, a.seed_batch):
         log(f"{n} seeds, seed batch {'all' if sb is None else sb} ...")
         t0 = time.perf_counter()
         entry = compiler.compile(n, sb, a.programs)
         entry["verdict"] = verdict(entry["programs"], a.hbm_bytes, a.headroom)
         entry["seconds"] = time.perf_counter() - t0
+        entry["invocation"] = len(invocations) - 1
         res["results"] = merge(res["results"], [entry])
         records.write_json(out, res)
         v = entry["verdict"]

@@ -97,6 +97,25 @@ def test_merge_replaces_the_same_entry_and_sorts_and_the_table_shows_it():
     assert lines[3].startswith("| 30 | all |") and lines[3].endswith("| 15.00 (chunk) | no |")
 
 
+SETTINGS = {"topology": "v5e:1x1", "profile": "full", "rows": 24000, "capacity": 1500,
+            "chunk_steps": 4, "eval_episodes": 10, "precision": "highest",
+            "hbm_bytes": tpu.V5E_HBM_BYTES, "headroom": 0.1}
+
+
+def test_append_keeps_invocations_and_refuses_other_settings():
+    inv = {"argv": ["--seeds", "1"], "date_utc": "2026-12-06T16:23:07Z",
+           "code": {"commit": "ab", "dirty": False}}
+    one = {"schema": tpu.SCHEMA, "settings": {**SETTINGS, "device_kind": "TPU v5 lite"},
+           **inv, "results": [_entry(1, None, 5)]}
+    invs, res = tpu.previous(one, SETTINGS)
+    assert invs == [inv] and [e["invocation"] for e in res] == [0]
+    assert "invocation" not in one["results"][0]          # the file's object is left alone
+    two = {**one, "invocations": [inv, inv], "results": [dict(_entry(1, None, 5), invocation=1)]}
+    assert tpu.previous(two, SETTINGS) == ([inv, inv], two["results"])
+    with pytest.raises(ValueError, match="its settings differ in chunk_steps, precision"):
+        tpu.previous(one, {**SETTINGS, "chunk_steps": 25, "precision": "default"})
+
+
 def test_the_recorded_command_line_names_no_directory():
     assert tpu._argv_recorded(["--seeds", "1", "--out", "/a/b/r.json", "--append"]) == [
         "--seeds", "1", "--out", "r.json", "--append"]
