@@ -30,7 +30,13 @@ and an out-of-memory failure that ends that child only):
    second after compilation, compile seconds and peak device memory (``memory_stats`` of
    the device; on the CPU backend, which has none, the process's peak resident memory).
    The step and loop phases run at ``--precision`` (``jax_default_matmul_precision``,
-   default: jax's own).
+   default: jax's own) and ``--seed-batch``: how the seed ``vmap`` runs the train step
+   (:func:`dreamer_parity.candidate.runtime.seedmap.per_seed`).  ``N`` runs it in groups of
+   N seeds, one group after another (the device holds one group's temporaries, not all
+   seeds'), in both parts; ``all`` batches all seeds in both; ``auto`` (the default) is
+   the run's own choice for the loop (``loop.resolve_seed_batch``: all seeds on a device,
+   one at a time on the CPU) and plain ``vmap`` for the step.  Each phase records the
+   seed batch it ran (``seed_batch``: null for all seeds batched).
 3. ``compare``: ``--compare-updates`` updates of one seed (fixed keys and batch) with the
    1-seed train step on the device and on the CPU backend of the same machine (the CPU
    side runs alongside the device phases on the upper half of the cores, unless
@@ -69,6 +75,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
+from dreamer_parity.candidate.runtime.run import (  # noqa: E402  (imports no jax)
+    RunParamsError, parse_seed_batch)
 
 #: Distributions the device machines lack and the TPU machine's index does not hold at the
 #: lock's version (docs/CANDIDATE.md#accelerators); their versions come from
@@ -246,14 +254,22 @@ def _set_precision(jax, spec) -> None:
     jax.config.update("jax_default_matmul_precision", None if p == "default" else p)
 
 
+def step_seed_batch(spec) -> int | None:
+    """The seed batch of a step phase: None (plain ``vmap``) for ``spec["seed_batch"]``
+    ``"auto"`` or None and for the compare phases, else that int."""
+    sb = spec.get("seed_batch", "auto")
+    return None if sb == "auto" or spec.get("compare_updates", 0) > 0 else sb
+
+
 def _step_program(spec):
     """``(jax, cfg, compiled jit(vmap(train_step)), states, batches, compile_s)`` for
-    ``spec["seeds"]`` seeds, compiled with the run's options for this backend."""
+    ``spec["seeds"]`` seeds, compiled with the run's options for this backend; the train
+    step wrapped in :func:`.seedmap.per_seed` of :func:`step_seed_batch`."""
     import jax
     import numpy as np
     from functools import partial
 
-    from dreamer_parity.candidate.runtime import loop
+    from dreamer_parity.candidate.runtime import loop, seedmap
 
     _set_precision(jax, spec)
     lib = train_step_lib()
@@ -265,7 +281,8 @@ def _step_program(spec):
     batches = jax.device_put(jax.tree_util.tree_map(
         lambda *x: np.stack(x),
         *[lib.synthetic_batch(cfg, spec["batch"], spec["length"], i) for i in range(n)]))
-    step = jax.jit(jax.vmap(partial(agent.train_step, cfg)),
+    step = jax.jit(jax.vmap(seedmap.per_seed(partial(agent.train_step, cfg),
+                                             step_seed_batch(spec))),
                    compiler_options=loop.compiler_options(agent))
     t0 = time.perf_counter()
     compiled = step.lower(states, batches, keys).compile()
@@ -279,7 +296,8 @@ def _update_keys(jax, i: int, n: int):
 def _child_step(spec) -> dict:
     jax, cfg, compiled, states, batches, compile_s = _step_program(spec)
     n = spec["seeds"]
-    out = {"seeds": n, "compile_s": compile_s, "backend": provenance.backend()}
+    out = {"seeds": n, "compile_s": compile_s, "backend": provenance.backend(),
+           "seed_batch": step_seed_batch(spec)}
     start = states
     if spec["updates"] > 0:
         times = []
@@ -318,8 +336,9 @@ def _child_loop(spec) -> dict:
     _set_precision(jax, spec)
     agent, cfg = _agent(spec)
     n, cs, timed = spec["seeds"], spec["loop_steps"], spec["loop_chunks"]
+    seed_batch = loop.resolve_seed_batch(spec.get("seed_batch", "auto"))
     progs = loop.build(agent, cfg, capacity=spec["rows"] // NUM_ENVS, chunk_steps=cs,
-                       eval_episodes=10, seed_batch="auto", mesh=None)
+                       eval_episodes=10, seed_batch=seed_batch, mesh=None)
     keys = [loop.seed_keys(s) for s in range(n)]
     stacked = {k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}
     t0 = time.perf_counter()
@@ -352,7 +371,8 @@ def _child_loop(spec) -> dict:
             "chunk_times_s": times[1:], "timed_updates": u, "timed_s": t,
             "update_s": t / u, "seed_updates_per_s": n * u / t, "updates_done": done,
             "state_bytes_per_seed": state_bytes // n, "memory": _jax_memory(jax),
-            "backend": provenance.backend(), "precision": spec.get("precision", "default")}
+            "backend": provenance.backend(), "precision": spec.get("precision", "default"),
+            "seed_batch": seed_batch}
 
 
 _CHILDREN = {"probe": _child_probe, "step": _child_step, "loop": _child_loop}
@@ -459,7 +479,8 @@ def _spec(a, ph: dict, cpus=None) -> dict:
             "seeds": ph.get("seeds", 1),
             "batch": 16, "length": 65, "rows": a.rows, "loop_steps": a.loop_steps,
             "loop_chunks": a.loop_chunks, "cpus": cpus,
-            "precision": a.precision if ph["side"] == "device" else "default"}
+            "precision": a.precision if ph["side"] == "device" else "default",
+            "seed_batch": a.seed_batch_value if ph["side"] == "device" else "auto"}
     if ph["kind"] == "step":
         spec.update(updates=0 if ph.get("timing") is False else a.step_updates,
                     compare_updates=a.compare_updates if ph.get("compare") else 0,
@@ -552,7 +573,7 @@ class Check:
                             "platform", "profile", "agent", "seeds", "parts", "grow", "max_seeds", "step_updates",
                             "loop_steps", "loop_chunks", "rows", "compare_updates",
                             "compare_precisions", "cpu_compare", "versions", "mem_fraction",
-                            "precision")},
+                            "precision", "seed_batch")},
                     "phases": []}
         self.res["settings"]["compilation_cache"] = bool(
             os.environ.get("JAX_COMPILATION_CACHE_DIR"))
@@ -677,7 +698,7 @@ def summarise(phases: list[dict]) -> dict:
             out[p["kind"]][str(p["seeds"])] = {
                 "seed_updates_per_s": r["seed_updates_per_s"], "update_s": r["update_s"],
                 "compile_s": r["compile_s"], "peak_bytes": r["memory"]["peak_bytes"],
-                "memory_source": r["memory"]["source"]}
+                "memory_source": r["memory"]["source"], "seed_batch": r.get("seed_batch")}
             out["largest_ok"][p["kind"]] = max(out["largest_ok"].get(p["kind"], 0), p["seeds"])
         if p["side"] == "device" and "metrics" in r and cpu is not None:
             d = metric_differences(r["metrics"], cpu["result"]["metrics"])
@@ -694,7 +715,8 @@ def print_table(res: dict) -> None:
     s = res["summary"]
     dev = (res.get("device") or {}).get("backend") or {}
     print(f"\naccel_check: {dev.get('device_kind')} ({dev.get('platform')}), "
-          f"{res['date_utc']}, {res['elapsed_s']:.0f} s of {res['budget_s']:.0f}")
+          f"{res['date_utc']}, {res['elapsed_s']:.0f} s of {res['budget_s']:.0f}, "
+          f"--seed-batch {res['settings'].get('seed_batch', 'auto')}")
     print("\n| seeds | step: seed-updates/s | step compile s | step peak MiB "
           "| loop: seed-updates/s | loop compile s | loop peak MiB |")
     print("|---|---|---|---|---|---|---|")
@@ -758,6 +780,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rows", type=_positive(int), default=24000, help="replay sized for these rows")
     ap.add_argument("--compare-updates", type=int, default=3,
                     help="updates of the device-CPU comparison (0: none)")
+    ap.add_argument("--seed-batch", default="auto", metavar="auto|all|N",
+                    help="how the seed vmap runs the train step in the step and loop phases: "
+                         "auto (the loop: the run's choice; the step: all), all, or N "
+                         "(groups of N seeds, one after another: less device memory)")
     ap.add_argument("--precision", default="default", choices=("default", "high", "highest"),
                     help="jax_default_matmul_precision of the timed step and loop phases on "
                          "the device (the compare phases set their own)")
@@ -782,6 +808,10 @@ def _parser() -> argparse.ArgumentParser:
 def _validate(ap, a) -> None:
     if a.out is None:
         ap.error("--out is required")
+    try:
+        a.seed_batch_value = parse_seed_batch(a.seed_batch)
+    except RunParamsError as e:
+        ap.error(str(e))
     if a.max_seeds < 0:
         ap.error("--max-seeds must be >= 0")
     if a.compare_updates < 0:

@@ -71,6 +71,10 @@ def test_dry_run_with_the_stub_grows_compares_and_records(tmp_path):
     # one timed chunk of 2 vector steps after the gate at 8 updates each; the whole run:
     # 33 chunks of 2 up to the gate's vector step 65, one untimed and one timed chunk
     assert loop2["timed_updates"] == 16 and loop2["seeds"] == 2
+    # --seed-batch auto: the loop as a run on this backend (CPU: one seed at a time), the
+    # step as plain vmap
+    assert loop2["seed_batch"] == 1 and _phase(res, "step-2")["result"]["seed_batch"] is None
+    assert res["settings"]["seed_batch"] == "auto"
     assert loop2["updates_done"] == sum(per_vector_step(70)) == 41
     assert loop2["seed_updates_per_s"] == pytest.approx(2 * 16 / loop2["timed_s"])
     step2 = _phase(res, "step-2")["result"]
@@ -89,6 +93,31 @@ def test_dry_run_with_the_stub_grows_compares_and_records(tmp_path):
     assert res["code"]["sha256_src_and_check"] == accel_check.tree_digest(
         ["src/dreamer_parity", "benchmarks/accel_check.py"])
     assert "| 2 |" in r.stdout and "every value equal" in r.stdout
+
+
+def test_dry_run_runs_and_records_the_seed_batch(tmp_path):
+    """``--seed-batch 2`` at 3 seeds: both parts run the train step in groups of 2 (a
+    group of 2, then the remaining seed) and record it."""
+    r, res = _run(tmp_path, "--seeds", "3", "--max-seeds", "3", "--seed-batch", "2",
+                  "--compare-updates", "0", "--budget-s", "400")
+    assert r.returncode == 0, r.stderr
+    assert [p["name"] for p in res["phases"]] == ["probe", "step-3", "loop-3"]
+    assert res["settings"]["seed_batch"] == "2" and "--seed-batch 2" in r.stdout
+    for kind in ("step", "loop"):
+        ph = _phase(res, f"{kind}-3")
+        assert ph["status"] == "ok" and ph["result"]["seed_batch"] == 2, ph
+        assert res["summary"][kind]["3"]["seed_batch"] == 2
+    loop3 = _phase(res, "loop-3")["result"]
+    assert loop3["timed_updates"] == 16 and loop3["updates_done"] == 41
+    step3 = _phase(res, "step-3")["result"]
+    assert step3["seed_updates_per_s"] == pytest.approx(3 * 2 / sum(step3["times_s"][1:]))
+
+
+def test_step_seed_batch_is_plain_vmap_for_auto_and_the_compare():
+    assert accel_check.step_seed_batch({"seed_batch": "auto"}) is None
+    assert accel_check.step_seed_batch({"seed_batch": None}) is None
+    assert accel_check.step_seed_batch({"seed_batch": 4}) == 4
+    assert accel_check.step_seed_batch({"seed_batch": 4, "compare_updates": 3}) is None
 
 
 def test_budget_ends_the_check_cleanly(tmp_path):
@@ -196,6 +225,8 @@ def test_wheel_names_and_bad_arguments():
                       (["--versions", "gpu-x"], "--versions 'gpu-x' is not in"),
                       (["--rows", "1000"], "--rows must be a multiple of 16"),
                       (["--compare-precisions", "highest"], "must include default"),
+                      (["--seed-batch", "0"], "--seed-batch '0': must be auto, all or a whole"),
+                      (["--seed-batch", "some"], "--seed-batch 'some': must be auto, all or"),
                       ([], "--out is required")):
         out = ["--out", "x"] if args else []
         r = subprocess.run([sys.executable, str(SCRIPT), *out, *args], capture_output=True,

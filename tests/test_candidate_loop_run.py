@@ -228,6 +228,61 @@ def test_cli_refuses_a_deadline_it_cannot_keep(tmp_path, extra, needle):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("value", ["0", "-2", "x", "1.5", "ALL", "", "1000001", "\u0663"])
+def test_cli_refuses_a_bad_seed_batch_in_one_line(tmp_path, value):
+    r = _cli(tmp_path, synthetic.params_text({"round": "x"}), ["--seed-batch", value])
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"error: --seed-batch {value!r}: must be auto, all or a whole number of seeds from 1 "
+        f"to 1000000"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_hands_the_seed_batch_to_the_run(tmp_path, monkeypatch):
+    """``--seed-batch`` reaches :func:`run` parsed (``all``: None), and run.json's
+    ``args`` name it unless it is ``auto``."""
+    seen = []
+    monkeypatch.setattr(runlib, "run", lambda params, out, work, **kw: seen.append(kw) or
+                        {"stopped": None})
+    p = tmp_path / "p.yaml"
+    p.write_text(synthetic.params_text({"round": "x"}))
+    for text, value in (("7", 7), (" all", None), ("auto", "auto")):
+        rc = runlib.main(["--params", str(p), "--out", str(tmp_path / "o"), "--work-dir",
+                          str(tmp_path / "w"), "--seed-batch", text])
+        assert rc == 0 and seen[-1]["seed_batch"] == value
+        assert seen[-1]["argv"].get("seed_batch") == (None if value == "auto" else text.strip())
+    assert len(seen) == 3
+
+
+@pytest.mark.slow
+def test_seed_batch_reaches_the_programs_and_keys_the_checkpoint(tmp, run_a):
+    """An explicit seed batch is the one the programs were built with (what
+    ``program_store.load_or_build`` returns is recorded), ``timing.json`` and ``run.json``
+    record it, and it keys the checkpoint apart from auto's (1 on CPU) and from all
+    seeds batched (None); on the CPU's seed mesh every device holds one seed, so the
+    records are run_a's."""
+    out, res = _run(tmp, "sb2", seed_batch=2)
+    assert res["completed"] and run_a[1]["timing"]["seed_batch"] == 1
+    assert res["timing"]["seed_batch"] == 2 and res["timing"]["seed_devices"] == 2
+    _, res_all = _run(tmp, "sball", seed_batch=None, hooks={"stop_after_points": 1})
+    assert res_all["timing"]["seed_batch"] is None
+    assert len({run_a[1]["key"], res["key"], res_all["key"]}) == 3
+    for seed in SMOKE["seeds"]:
+        d = records.run_dir(out, "candidate", seed)
+        assert records.read_json(d / "timing.json")["seed_batch"] == 2
+        info = records.read_run_info(d / "run.json")
+        assert info["config"]["seed_layout"] == {"seed_batch": 2, "seed_devices": 2}
+        assert records.read_run_info(records.run_dir(run_a[0], "candidate", seed) / "run.json")[
+            "config"]["seed_layout"] == {"seed_batch": 1, "seed_devices": 2}
+        # DONE.json names its run.json, which records the seed batch: only it differs
+        mine, theirs = _files(out, seed), _files(run_a[0], seed)
+        assert mine["records.jsonl"] == theirs["records.jsonl"]
+        assert mine["episodes.jsonl"] == theirs["episodes.jsonl"]
+        assert mine["DONE.json"] != theirs["DONE.json"]
+    with pytest.raises(ValueError, match="seed_batch must be a positive integer or None"):
+        runlib.run(SMOKE, out, tmp / "sb0" / "work", agent=stub, cfg=CFG, seed_batch=0)
+
+
 @pytest.mark.slow
 def test_real_agent_smoke_run(tmp):
     """The real agent at the smoke profile: 81 updates, finite metrics, deterministic."""

@@ -3,7 +3,8 @@
 Command line (the DVC stage)::
 
     python -m dreamer_parity.candidate.runtime.run --params params.yaml --out results \\
-        [--work-dir DIR] [--deadline-s S] [--checkpoint point|deadline] [--set KEY=VALUE ...]
+        [--work-dir DIR] [--deadline-s S] [--checkpoint point|deadline] [--set KEY=VALUE ...] \\
+        [--seed-batch auto|all|N]
 
 ``--set`` changes a parameter of the file first, as ``dvc exp run -S`` would (a batch of
 seeds on a device: ``--set 'seeds=[10, 11, 12]'``); the run records the parameters it ran.
@@ -13,7 +14,13 @@ is imported or compiled.  All seeds run in one jitted program
 (:mod:`dreamer_parity.candidate.runtime.loop`).  On CPU the command asks XLA for one host
 device per seed and the program runs each seed's one-seed program, without ``vmap``, on its
 own device (:mod:`.seedmesh`); where the seeds share one device (one host device, or a GPU)
-the program is ``vmap``ped over them (:mod:`.seedmap`).  At every evaluation point the records are built
+the program is ``vmap``ped over them (:mod:`.seedmap`).  ``--seed-batch`` says how that
+``vmap`` runs the train step: ``auto`` (the default: one seed at a time on CPU, all seeds
+batched elsewhere, :func:`.seedmap.default_seed_batch`), ``all`` (all seeds batched) or
+``N`` (groups of N seeds batched, one group after another: fewer temporaries on a device
+than all at once; :func:`.seedmap.per_seed`).  The resolved value changes float32
+rounding, so it is part of the checkpoint key, and ``run.json`` (``config.seed_layout``)
+and ``timing.json`` record it.  At every evaluation point the records are built
 on the host and a checkpoint is written to ``<work-dir>/<key>/`` (default: the per-user
 cache ``${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/candidate-runs``, or
 ``$DREAMER_PARITY_WORK_DIR``; :mod:`dreamer_parity.candidate.runtime.checkpoint`); a killed run started again with the same
@@ -50,7 +57,8 @@ from ... import params as paramslib
 from ... import records
 from ...schedule import format_duration
 
-__all__ = ["main", "run", "RunParamsError", "chunk_steps_for", "CHECKPOINT_POLICIES", "EXIT_DEADLINE"]
+__all__ = ["main", "run", "RunParamsError", "chunk_steps_for", "parse_seed_batch",
+           "CHECKPOINT_POLICIES", "EXIT_DEADLINE", "SEED_BATCH_ALL"]
 
 NUM_ENVS = paramslib.NUM_ENVS
 CHUNK_MAX = 25          # vector steps per jitted chunk call (progress granularity)
@@ -59,6 +67,10 @@ RUN_KEYS = ("profile", "decode", "seeds", "rows", "eval_every", "eval_episodes")
 CHECKPOINT_POLICIES = ("point", "deadline")
 #: Exit status of a run stopped at its deadline (checkpoint written, no result files).
 EXIT_DEADLINE = 3
+#: The ``--seed-batch`` word for all seeds batched in one ``vmap`` (``seed_batch=None``).
+SEED_BATCH_ALL = "all"
+#: Largest ``--seed-batch N`` taken (far above any seed count a machine holds).
+SEED_BATCH_MAX = 1_000_000
 
 
 class RunParamsError(ValueError):
@@ -71,6 +83,34 @@ def chunk_steps_for(steps_per_point: int, limit: int = CHUNK_MAX) -> int:
         if steps_per_point % d == 0:
             return d
     return 1
+
+
+def parse_seed_batch(text: str):
+    """The ``--seed-batch`` value ``text`` as :func:`run` and :func:`.loop.build` take it.
+
+    Imports no jax, so the command line refuses a bad value before jax starts.
+
+    Args:
+      text: ``"auto"``, ``"all"`` or a positive decimal integer of at most
+        :data:`SEED_BATCH_MAX` (surrounding blanks ignored).
+
+    Returns:
+      ``"auto"`` (resolved later, on the backend: :func:`.loop.resolve_seed_batch`), None
+      for ``"all"`` (plain ``vmap``: all seeds batched) or the int N (groups of N seeds).
+
+    Raises:
+      RunParamsError: any other text; the one-line message names ``--seed-batch``.
+    """
+    word = str(text).strip()
+    if word == "auto":
+        return "auto"
+    if word == SEED_BATCH_ALL:
+        return None
+    if word.isdecimal() and word.isascii() and len(word) <= 7 and \
+            1 <= int(word) <= SEED_BATCH_MAX:
+        return int(word)
+    raise RunParamsError(f"--seed-batch {str(text)[:40]!r}: must be auto, {SEED_BATCH_ALL} or "
+                         f"a whole number of seeds from 1 to {SEED_BATCH_MAX}")
 
 
 def config_dict(cfg) -> dict:
@@ -107,7 +147,8 @@ def _flatten_params(tree, prefix=""):
 
 
 def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, final_params,
-                   seeds, timing: dict, argv: dict, schedule: dict) -> None:
+                   seeds, timing: dict, argv: dict, schedule: dict,
+                   seed_layout: dict) -> None:
     import numpy as np
 
     from ...provenance import collect
@@ -124,7 +165,8 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
         records.write_jsonl(d / "episodes.jsonl", host["episodes"][key])
         records.write_json(d / "run.json", {
             "side": "candidate", "seed": int(seed),
-            "config": {"agent": cfg_dict, "params": run_params, "schedule": schedule},
+            "config": {"agent": cfg_dict, "params": run_params, "schedule": schedule,
+                       "seed_layout": seed_layout},
             "args": argv, "provenance": prov})
         records.write_json(d / "timing.json", timing)
         flat = {k: np.asarray(v)[i] for k, v in _flatten_params(final_params).items()}
@@ -138,7 +180,7 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
 
 def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         hooks: dict | None = None, argv: dict | None = None, deadline: float | None = None,
-        checkpoint: str = "point") -> dict:
+        checkpoint: str = "point", seed_batch="auto") -> dict:
     """Run all seeds of validated ``params``; write the outputs under ``out``.
 
     Args:
@@ -157,6 +199,13 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         later, writes a checkpoint there and returns without result files.
       checkpoint: ``"point"`` (a checkpoint at every evaluation point) or ``"deadline"``
         (only when stopped at the deadline).
+      seed_batch: how the seed ``vmap`` runs the train step where several seeds share a
+        device: ``"auto"`` (:func:`.loop.resolve_seed_batch`: 1 on CPU, None elsewhere),
+        None (all seeds batched) or a positive int (groups of that many seeds;
+        :func:`.seedmap.per_seed`).  Resolved before anything is built; the resolved value
+        enters the checkpoint key and is recorded in ``timing.json`` and ``run.json``.
+        With one seed per program (one seed, or the CPU's seed mesh) the train step runs
+        unbatched whatever the value.
 
     Returns:
       dict with ``key``, ``resumed_from_rows``, ``records`` (per seed), ``failed``,
@@ -164,7 +213,9 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
       ``stopped`` (None, ``"hook"`` or ``"deadline"``).
 
     Raises:
-      ValueError: ``checkpoint`` is not one of :data:`CHECKPOINT_POLICIES`.
+      ValueError: ``checkpoint`` is not one of :data:`CHECKPOINT_POLICIES`, or
+        ``seed_batch`` is neither ``"auto"``, None nor a positive int (before anything
+        is built).
     """
     if checkpoint not in CHECKPOINT_POLICIES:
         raise ValueError(f"checkpoint must be one of {CHECKPOINT_POLICIES}, got {checkpoint!r}")
@@ -197,11 +248,13 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
                                        for p in paramslib.eval_points(params)],
                     chunk_steps=chunk_steps)
     agent_file = getattr(agent, "__file__", None)
-    # the seed layout changes float32 rounding (candidate/runtime/seedmesh.py): part of the key
+    # the seed layout changes float32 rounding (candidate/runtime/seedmesh.py, seedmap.py):
+    # the seed devices and the resolved seed batch are part of the key
+    seed_batch = looplib.resolve_seed_batch(seed_batch)
     mesh = seedmesh.seed_mesh(len(seeds))
+    seed_layout = {"seed_batch": seed_batch, "seed_devices": 1 if mesh is None else len(seeds)}
     key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
-                          extra={"seed_devices": 1 if mesh is None else len(seeds)},
-                          agent_file=agent_file)
+                          extra=seed_layout, agent_file=agent_file)
     ckdir = Path(work_dir if work_dir is not None else ckptlib.default_root()) / key
     for s in seeds:   # stale completion markers must not make this run look finished
         stale = records.run_dir(out, "candidate", s) / records.DONE
@@ -213,14 +266,13 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
 
     t0 = time.perf_counter()
     program_store.use_compilation_cache()
-    progs, carry_shape, prog_info = program_store.load_or_build(
+    progs, carry_shape, _ = program_store.load_or_build(
         agent, cfg, cfg_dict, capacity=total_steps, chunk_steps=chunk_steps,
         eval_episodes=params["eval_episodes"], example_keys=stacked, s=sched, log=_log,
-        mesh=mesh)
+        seed_batch=seed_batch, mesh=mesh)
     compiled = program_store.compile_all(progs, stacked, carry_shape)
     init_c, chunk_c, point_c = compiled.init, compiled.chunk, compiled.point
     compile_s = time.perf_counter() - t0
-    seed_batch = prog_info["seed_batch"]
     _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, "
          f"{'one device per seed' if mesh is not None else 'one device'}, "
          f"{'batched' if seed_batch is None else f'train step {seed_batch} seed(s) at a time'}, "
@@ -307,8 +359,7 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         "updates_this_session": ran_updates,
         "seed_updates_per_s": ran_updates * len(seeds) / loop_s if loop_s > 0 else None,
         "resumed_from_rows": resumed, "seeds": len(seeds),
-        "backend": jax.default_backend(), "seed_batch": seed_batch,
-        "seed_devices": 1 if mesh is None else len(seeds),
+        "backend": jax.default_backend(), **seed_layout,
     }
     result = {"key": key, "resumed_from_rows": resumed, "records": host["records"],
               "episodes": host["episodes"], "failed": dict(host["failed"]), "timing": timing,
@@ -318,7 +369,7 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     agent_state = carry["agent"]
     final_params = jax.device_get(looplib.field(agent_state, "params"))
     _write_outputs(Path(out), run_params, cfg_dict, host, final_params, seeds, timing,
-                   argv or {}, schedule)
+                   argv or {}, schedule, seed_layout)
     _log(f"done: {rows} rows, {total_updates} updates per seed, wall {format_duration(wall)}; "
          f"outputs in {out}")
     return result
@@ -361,6 +412,10 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", choices=CHECKPOINT_POLICIES, default="point",
                     help="write checkpoints at every evaluation point (point, default) or "
                          "only at the deadline (deadline)")
+    ap.add_argument("--seed-batch", default="auto", metavar="auto|all|N",
+                    help="seeds whose train steps run batched together where seeds share a "
+                         "device: auto (default: 1 on CPU, all elsewhere), all, or N "
+                         "(groups of N, one after another: less device memory)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     from ...provenance import REPO_ROOT, PinError, check_pins
@@ -369,6 +424,7 @@ def main(argv=None) -> int:
         # what this process imports must be what requirements.lock pins (before any compile;
         # $DREAMER_PARITY_ALLOW_VERSIONS=1 runs anyway and run.json records the override)
         check_pins(REPO_ROOT / "requirements.lock")
+        seed_batch = parse_seed_batch(args.seed_batch)
         if args.deadline_s is not None and not (0 < args.deadline_s < 1e7):
             raise RunParamsError(f"--deadline-s {args.deadline_s}: must be a positive number "
                                  f"of seconds below 1e7")
@@ -410,10 +466,12 @@ def main(argv=None) -> int:
     result = run(params, args.out, args.work_dir,
                  argv={"params": relative_to_roots(args.params, roots),
                        **({"set": list(args.set)} if args.set else {}),
+                       **({"seed_batch": args.seed_batch.strip()}
+                          if args.seed_batch.strip() != "auto" else {}),
                        "out": relative_to_roots(args.out, roots),
                        "work_dir": relative_to_roots(args.work_dir, roots)},
                  deadline=None if args.deadline_s is None else started + args.deadline_s,
-                 checkpoint=args.checkpoint)
+                 checkpoint=args.checkpoint, seed_batch=seed_batch)
     return EXIT_DEADLINE if result["stopped"] == "deadline" else 0
 
 
