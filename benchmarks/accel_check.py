@@ -36,7 +36,10 @@ and an out-of-memory failure that ends that child only):
    seeds'), in both parts; ``all`` batches all seeds in both; ``auto`` (the default) is
    the run's own choice for the loop (``loop.resolve_seed_batch``: all seeds on a device,
    one at a time on the CPU) and plain ``vmap`` for the step.  Each phase records the
-   seed batch it ran (``seed_batch``: null for all seeds batched).
+   seed batch it ran (``seed_batch``: null for all seeds batched).  ``--twohot-index``
+   sets ``AgentConfig.twohot_index`` of the device phases (``auto``: the comparison form
+   off the CPU, ``twohot.index_form``); each phase records the form it ran
+   (``twohot_index``).  The forms give the same bits, so it is a speed A/B only.
 3. ``compare``: ``--compare-updates`` updates of one seed (fixed keys and batch) with the
    1-seed train step on the device and on the CPU backend of the same machine (the CPU
    side runs alongside the device phases on the upper half of the cores, unless
@@ -57,6 +60,7 @@ arguments or a missing package.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -75,6 +79,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
+from dreamer_parity.candidate.config import TWOHOT_INDEX  # noqa: E402  (imports no jax)
 from dreamer_parity.candidate.runtime.run import (  # noqa: E402  (imports no jax)
     RunParamsError, parse_seed_batch)
 
@@ -244,7 +249,18 @@ def _agent(spec):
 
     agent = importlib.import_module(spec["agent"])
     make = getattr(agent, "config_for_profile", AgentConfig.for_profile)
-    return agent, make(spec["profile"])
+    cfg = make(spec["profile"])
+    if spec.get("twohot_index", "auto") != "auto":
+        cfg = dataclasses.replace(cfg, twohot_index=spec["twohot_index"])
+    return agent, cfg
+
+
+def _twohot_form(cfg) -> str | None:
+    """The two-hot bin search the phase's program uses (``twohot.index_form`` of the
+    config's ``twohot_index``, resolved on this backend); None for an agent without it."""
+    from dreamer_parity.candidate import twohot
+    setting = getattr(cfg, "twohot_index", None)
+    return None if setting is None else twohot.index_form(setting)
 
 
 def _set_precision(jax, spec) -> None:
@@ -297,7 +313,7 @@ def _child_step(spec) -> dict:
     jax, cfg, compiled, states, batches, compile_s = _step_program(spec)
     n = spec["seeds"]
     out = {"seeds": n, "compile_s": compile_s, "backend": provenance.backend(),
-           "seed_batch": step_seed_batch(spec)}
+           "seed_batch": step_seed_batch(spec), "twohot_index": _twohot_form(cfg)}
     start = states
     if spec["updates"] > 0:
         times = []
@@ -372,7 +388,7 @@ def _child_loop(spec) -> dict:
             "update_s": t / u, "seed_updates_per_s": n * u / t, "updates_done": done,
             "state_bytes_per_seed": state_bytes // n, "memory": _jax_memory(jax),
             "backend": provenance.backend(), "precision": spec.get("precision", "default"),
-            "seed_batch": seed_batch}
+            "seed_batch": seed_batch, "twohot_index": _twohot_form(cfg)}
 
 
 _CHILDREN = {"probe": _child_probe, "step": _child_step, "loop": _child_loop}
@@ -480,7 +496,8 @@ def _spec(a, ph: dict, cpus=None) -> dict:
             "batch": 16, "length": 65, "rows": a.rows, "loop_steps": a.loop_steps,
             "loop_chunks": a.loop_chunks, "cpus": cpus,
             "precision": a.precision if ph["side"] == "device" else "default",
-            "seed_batch": a.seed_batch_value if ph["side"] == "device" else "auto"}
+            "seed_batch": a.seed_batch_value if ph["side"] == "device" else "auto",
+            "twohot_index": a.twohot_index if ph["side"] == "device" else "auto"}
     if ph["kind"] == "step":
         spec.update(updates=0 if ph.get("timing") is False else a.step_updates,
                     compare_updates=a.compare_updates if ph.get("compare") else 0,
@@ -573,7 +590,7 @@ class Check:
                             "platform", "profile", "agent", "seeds", "parts", "grow", "max_seeds", "step_updates",
                             "loop_steps", "loop_chunks", "rows", "compare_updates",
                             "compare_precisions", "cpu_compare", "versions", "mem_fraction",
-                            "precision", "seed_batch")},
+                            "precision", "seed_batch", "twohot_index")},
                     "phases": []}
         self.res["settings"]["compilation_cache"] = bool(
             os.environ.get("JAX_COMPILATION_CACHE_DIR"))
@@ -787,6 +804,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--precision", default="default", choices=("default", "high", "highest"),
                     help="jax_default_matmul_precision of the timed step and loop phases on "
                          "the device (the compare phases set their own)")
+    ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
+                    help="AgentConfig.twohot_index of the device phases: how two-hot "
+                         "targets find their bins (auto: compare off the CPU; the same "
+                         "bits either way, so only the speed differs)")
     ap.add_argument("--compare-precisions", nargs="+", default=["default", "high", "highest"],
                     choices=("default", "high", "highest"))
     ap.add_argument("--cpu-compare", default="alongside", choices=("alongside", "after"),

@@ -41,6 +41,10 @@ runs use)::
     python3 benchmarks/profile_candidate.py --loop --seeds 1 --chunk-steps 2 \
         --by-source 40 --out $OUT/profile-1seed
 
+``--twohot-index`` sets ``AgentConfig.twohot_index`` (how two-hot targets find their bins;
+``auto``, the default, is what a run on this backend uses; the forms give the same bits),
+and ``profile.json`` names the form profiled.
+
 ``--out DIR`` writes ``profile.json`` (the figures printed below, per update) and the
 trace itself, as ``trace.json.gz`` (the trace viewer's JSON) and ``trace.xplane.pb`` (the
 profiler's record), into ``DIR``; the files name no host.
@@ -75,7 +79,8 @@ import numpy as np  # noqa: E402
 
 from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step  # noqa: E402
 from benchmarks.lib.train_step import synthetic_batch  # noqa: E402
-from dreamer_parity.candidate.config import AgentConfig  # noqa: E402
+from dreamer_parity.candidate import twohot  # noqa: E402
+from dreamer_parity.candidate.config import TWOHOT_INDEX, AgentConfig  # noqa: E402
 
 
 def _kind(name: str) -> str:
@@ -261,7 +266,7 @@ def _print_by_source(hlo_text, by_name, count, n, top) -> list[dict]:
 
 def _trace_step(a):
     """Trace ``a.updates`` calls of the isolated jit(vmap(train_step)); (events, walls, n)."""
-    cfg = AgentConfig.for_profile(a.profile)
+    cfg = AgentConfig.for_profile(a.profile, twohot_index=a.twohot_index)
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     states = jax.vmap(lambda k: init(k, cfg))(keys)
     batches = jax.tree_util.tree_map(
@@ -317,7 +322,7 @@ def _trace_loop(a):
     from dreamer_parity.candidate.runtime import loop
     from dreamer_parity.schedule import per_vector_step
 
-    cfg = AgentConfig.for_profile(a.profile)
+    cfg = AgentConfig.for_profile(a.profile, twohot_index=a.twohot_index)
     progs = loop.build(agent, cfg, capacity=24000 // 16, chunk_steps=a.chunk_steps,
                        eval_episodes=10)
     keys = [loop.seed_keys(s) for s in range(a.seeds)]
@@ -360,6 +365,9 @@ def main(argv=None) -> int:
                     help="also print the N largest groups of op time by source line")
     ap.add_argument("--chunk-steps", type=int, default=3,
                     help="vector steps per chunk with --loop (8 vector steps give 64 updates)")
+    ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
+                    help="AgentConfig.twohot_index: how two-hot targets find their bins "
+                         "(auto: table lookups on the CPU, the comparison elsewhere)")
     ap.add_argument("--out", default=None, metavar="DIR",
                     help="write profile.json and the trace (trace.json.gz) into DIR")
     a = ap.parse_args(argv)
@@ -394,6 +402,7 @@ def main(argv=None) -> int:
         "backend": jax.default_backend(),
         "device_kind": jax.devices()[0].device_kind,
         "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+        "twohot_index": twohot.index_form(a.twohot_index),
         "program": "loop" if a.loop else "isolated step", "profile": a.profile,
         "seeds": a.seeds, "updates": n,
         "wall_ms_per_update": sum(walls) / n * 1e3, "calls_s": walls,

@@ -58,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
+from dreamer_parity.candidate.config import TWOHOT_INDEX  # noqa: E402  (imports no jax)
 from dreamer_parity.candidate.runtime.run import (  # noqa: E402  (imports no jax)
     RunParamsError, parse_seed_batch)
 
@@ -74,6 +75,13 @@ TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5litepod-1", "TPU_WORKER_HOSTNAMES": "local
            "JAX_PLATFORMS": "cpu"}
 MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                  "temp_size_in_bytes", "generated_code_size_in_bytes")
+
+
+def twohot_form_on_tpu(setting: str) -> str:
+    """``AgentConfig.twohot_index`` ``setting`` as a run on the TPU resolves it
+    (``twohot.index_form(setting, backend="tpu")``): ``window`` or ``compare``."""
+    from dreamer_parity.candidate import twohot
+    return twohot.index_form(setting, backend="tpu")
 
 
 class SizingError(RuntimeError):
@@ -269,6 +277,8 @@ class Compiler:
       rows, chunk_steps, eval_episodes: the loop's settings (replay capacity
         ``rows // 16`` per env).
       precision: ``jax_default_matmul_precision`` (``default`` keeps jax's own).
+      twohot_index: ``AgentConfig.twohot_index`` resolved for the TPU (``window`` or
+        ``compare``, ``twohot.index_form(setting, backend="tpu")``).
       log: ``callable(str)`` for progress lines.
 
     Raises:
@@ -276,7 +286,7 @@ class Compiler:
     """
 
     def __init__(self, profile: str, topology: str, rows: int, chunk_steps: int,
-                 eval_episodes: int, precision: str, log=print):
+                 eval_episodes: int, precision: str, twohot_index: str = "compare", log=print):
         import jax
         from jax.experimental import topologies
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -293,7 +303,7 @@ class Compiler:
             raise SizingError(f"no TPU topology {topology!r}: {type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}") from e
         self.jax, self.agent = jax, agent
-        self.cfg = AgentConfig.for_profile(profile)
+        self.cfg = AgentConfig.for_profile(profile, twohot_index=twohot_index)
         self.sharding = NamedSharding(Mesh(topo.devices[:1], ("chip",)), PartitionSpec())
         self.device_kind = topo.devices[0].device_kind
         self.capacity, self.chunk_steps = rows // NUM_ENVS, chunk_steps
@@ -395,6 +405,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-episodes", type=_positive_int, default=10)
     ap.add_argument("--precision", default="highest", choices=("default", "high", "highest"),
                     help="jax_default_matmul_precision (highest: the candidate's TPU runs)")
+    ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
+                    help="AgentConfig.twohot_index (auto: what a run on the TPU uses, "
+                         "compare)")
     ap.add_argument("--hbm-bytes", type=_positive_int, default=V5E_HBM_BYTES,
                     help="the chip's memory (default: the lent v5e's 15.75 GiB)")
     ap.add_argument("--headroom", type=_fraction, default=HEADROOM,
@@ -410,10 +423,14 @@ def main(argv=None) -> int:
     if a.rows % NUM_ENVS:
         ap.error(f"--rows {a.rows} is not a multiple of {NUM_ENVS}")
     out = Path(a.out)
+    for k, v in TPU_ENV.items():
+        os.environ.setdefault(k, v)
     settings = {"topology": a.topology, "profile": a.profile, "rows": a.rows,
                 "capacity": a.rows // NUM_ENVS, "chunk_steps": a.chunk_steps,
                 "eval_episodes": a.eval_episodes, "precision": a.precision,
-                "hbm_bytes": a.hbm_bytes, "headroom": a.headroom}
+                "hbm_bytes": a.hbm_bytes, "headroom": a.headroom,
+                # what a run on the TPU resolves (this host's own backend is the CPU)
+                "twohot_index": twohot_form_on_tpu(a.twohot_index)}
     invocations, old = [], []
     if a.append and out.exists():
         try:
@@ -422,12 +439,10 @@ def main(argv=None) -> int:
             print(f"tpu_compile_only: error: --append {out.name}: {e}", file=sys.stderr)
             return 2
     log = lambda m: print(f"[tpu_compile_only] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    for k, v in TPU_ENV.items():
-        os.environ.setdefault(k, v)
     try:
         libtpu = check_libtpu()
         compiler = Compiler(a.profile, a.topology, a.rows, a.chunk_steps, a.eval_episodes,
-                            a.precision, log)
+                            a.precision, settings["twohot_index"], log)
     except SizingError as e:
         print(f"tpu_compile_only: error: {e}", file=sys.stderr)
         return 2

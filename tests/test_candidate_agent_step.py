@@ -179,25 +179,31 @@ def test_bad_inputs_raise_before_compute():
         agent.train_step(CFG, state, batch)
 
 
-def test_head_rows_groups_rows_without_changing_the_update():
-    """``head_rows`` only groups the imagined rows the heads read (uneven groups included):
-    one update gives bitwise the same parameters and metrics.  A value above the number of
-    imagined rows means one pass; zero is refused."""
+def test_speed_settings_do_not_change_the_update():
+    """The speed-only settings leave one update bitwise the same (parameters and metrics):
+    ``head_rows`` only groups the imagined rows the heads read (uneven groups included; a
+    value above the number of imagined rows means one pass; zero is refused), and
+    ``twohot_index`` only chooses how the two-hot targets find their bins (table lookups or
+    the 255-wide comparison, twohot.index_form)."""
     base = dataclasses.replace(CFG, imag_length=5)          # 6 imagined rows, cheap to compile
     state = agent.init(jax.random.PRNGKey(0), base)
     batch = make_batch(3)
     key = jax.random.PRNGKey(5)
     results = {}
-    for rows in (1, 4, 16):                                  # row by row, groups 4 + 2, one pass
-        cfg = dataclasses.replace(base, head_rows=rows)
+    # row by row, groups 4 + 2, one pass (table lookups); groups 4 + 2 by comparison
+    settings = [(1, "window"), (4, "window"), (16, "window"), (4, "compare")]
+    for rows, form in settings:
+        cfg = dataclasses.replace(base, head_rows=rows, twohot_index=form)
         new, _, m = jit(lambda s, b, k, cfg=cfg: agent.train_step(cfg, s, b, k))(state, batch, key)
-        results[rows] = (jax.tree.leaves(new["params"]), {k: float(v) for k, v in m.items()})
-    ref_leaves, ref_metrics = results[1]
+        results[rows, form] = (jax.tree.leaves(new["params"]), {k: float(v) for k, v in m.items()})
+    ref_leaves, ref_metrics = results[settings[0]]
     _finite(ref_metrics)
-    for rows in (4, 16):
-        leaves, metrics = results[rows]
+    assert ref_metrics["reward_loss"] != 0.0 and ref_metrics["critic_loss"] != 0.0
+    for setting in settings[1:]:
+        leaves, metrics = results[setting]
         for a, b in zip(ref_leaves, leaves):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-        assert metrics == ref_metrics, rows
+        assert metrics == ref_metrics, setting
     with pytest.raises(ValueError, match="head_rows"):
         dataclasses.replace(base, head_rows=0)
+

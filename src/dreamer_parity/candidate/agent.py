@@ -182,6 +182,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     D, S, K, A = cfg.deter, cfg.stoch, cfg.classes, cfg.num_actions
     lam = cfg.return_lambda
     scales = cfg.loss_scales
+    index = twohot.index_form(cfg.twohot_index)   # how two-hot targets find their bins
     # The heads' kernels with their stored transposes, for faster data gradients
     # (nets.with_transposes; the values and gradients are the same products).
     params = {**params, **{k: with_transposes(params[k])
@@ -228,7 +229,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     dist2 = jnp.where(dist2 < 1e-8, 0, dist2)
     losses = {"vector": dist2.sum(-1)}
     rew_l = heads.rew_logits(params["rew"], cfg, deter, stoch_flat)
-    losses["reward"] = -twohot.log_prob(rew_l, reward, bins)
+    losses["reward"] = -twohot.log_prob(rew_l, reward, bins, index)
     con_l = heads.con_logit(params["con"], cfg, deter, stoch_flat)
     losses["cont"] = -dists.bernoulli_log_prob(con_l, cont * (1 - 1 / cfg.horizon))
     prior = rssm.prior_logits(params["dyn"], cfg, deter)
@@ -299,7 +300,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     # Critic (agent.py:323-329), group by group on the (G, N, bins) logits.
     losses["critic"] = sg(weight[:H]) * -jnp.concatenate([twohot.log_prob_pair(
         c_l[:min(hi, H) - lo], sg(ret[lo:min(hi, H)]), sg(slowval[lo:min(hi, H)]),
-        cfg.slowreg, bins) for (lo, hi), c_l in zip(groups, critic_ls) if lo < H], 0)
+        cfg.slowreg, bins, index) for (lo, hi), c_l in zip(groups, critic_ls) if lo < H], 0)
 
     # Replay critic (agent.py:331-352): gradient into the world model.
     rc_l = heads.critic_logits(params["critic"], cfg, deter, stoch_flat)      # (B,T,bins)
@@ -307,7 +308,7 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     boot = sg(ret[0].reshape(B, T))
     replay_ret = sg(replay_return(reward, is_terminal, is_last, boot, cfg))  # (B,T-1)
     losses["replay_critic"] = sg(1 - is_last.astype(f32))[:, :-1] * -twohot.log_prob_pair(
-        rc_l[:, :-1], replay_ret, rc_slow[:, :-1], cfg.slowreg, bins)
+        rc_l[:, :-1], replay_ret, rc_slow[:, :-1], cfg.slowreg, bins, index)
 
     # Metrics (agent.py:354-390), means of the unscaled loss tensors.
     m = {}

@@ -15,7 +15,10 @@ from typing import Mapping
 from dreamer_parity.params import DECODES as _DECODES  # the one definition of the values
 from dreamer_parity.params import PROFILES
 
-__all__ = ["AgentConfig", "DEFAULT_LOSS_SCALES", "LOSS_TERMS"]
+__all__ = ["AgentConfig", "DEFAULT_LOSS_SCALES", "LOSS_TERMS", "TWOHOT_INDEX"]
+
+#: Values of ``AgentConfig.twohot_index`` (what each means: twohot.index_form).
+TWOHOT_INDEX = ("auto", "window", "compare")
 
 #: Loss terms in the order they are summed (agent.py:393-394 sums them in dict order).
 LOSS_TERMS = ("vector", "reward", "cont", "dyn", "rep", "actor", "critic", "replay_critic")
@@ -89,6 +92,10 @@ class AgentConfig:
     # the cold compile near that of one stacked pass (16) and runs about as fast as 1-4
     # (docs/PERFORMANCE.md, levers table)
     head_rows: int = 8
+    # speed only: how the two-hot encoding finds a value's bins, "window" (table lookups,
+    # cheap on XLA:CPU), "compare" (the 255-wide comparison, no gather: accelerators) or
+    # "auto" (by backend, twohot.index_form); bitwise the same update for every value
+    twohot_index: str = "auto"
 
     def __post_init__(self):
         for f in ("deter", "hidden", "stoch", "classes", "blocks", "units", "bins", "obs_dim",
@@ -102,6 +109,9 @@ class AgentConfig:
             raise ValueError(f"AgentConfig.deter: {self.deter} is not divisible by blocks={self.blocks}")
         if self.bins % 2 != 1 or self.bins < 3:
             raise ValueError(f"AgentConfig.bins: expected an odd number >= 3, got {self.bins}")
+        if self.twohot_index not in TWOHOT_INDEX:
+            raise ValueError(f"AgentConfig.twohot_index: expected one of {TWOHOT_INDEX}, "
+                             f"got {self.twohot_index!r}")
         if self.decode not in _DECODES:
             raise ValueError(f"AgentConfig.decode: expected one of {_DECODES}, got {self.decode!r}")
         if self.warmup < 0:

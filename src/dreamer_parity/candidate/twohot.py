@@ -40,11 +40,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .config import TWOHOT_INDEX
 from .nets import symexp, symlog
 
 __all__ = ["bins", "bins_exact", "bins_ref", "mean", "mean_exact", "mean_ref",
            "mean_ref_literal", "ref_pair_sum", "two_product", "log_prob", "log_prob_pair",
-           "count_le", "encode", "GRID_LIMIT"]
+           "count_le", "encode", "index_form", "INDEX_FORMS", "GRID_LIMIT"]
 
 f32 = jnp.float32
 
@@ -211,9 +212,46 @@ def mean(logits, b, decode: str):
 GRID_LIMIT = 20.0
 #: Bins compared per value by :func:`count_le` around its arithmetic guess.
 _WINDOW = 4
+#: Settings of how :func:`encode` finds a value's two bins (``AgentConfig.twohot_index``):
+#: ``window`` (an arithmetic guess and 4 table lookups), ``compare`` (the n-wide comparison
+#: and masked sums, no table lookup), ``auto`` (``window`` on XLA:CPU, ``compare`` on any
+#: other backend).  Both forms give the same bits (tests/test_candidate_twohot_index.py).
+INDEX_FORMS = TWOHOT_INDEX
 
 
-def count_le(x, b):
+def index_form(setting: str = "auto", backend: str | None = None) -> str:
+    """The form ``"window"`` or ``"compare"`` that ``setting`` (one of :data:`INDEX_FORMS`)
+    means on ``backend`` (default ``jax.default_backend()``, read when called, so at trace
+    time): ``auto`` is ``window`` for ``"cpu"``, where lookups are cheap and the n-wide
+    pass was about 3% of an update (docs/PERFORMANCE.md, levers table), and ``compare``
+    elsewhere, where each lookup is a gather the chip runs as its own serial op (on the
+    TPU v5e 42 gathers per update, 22% of the chip's op time at 1 seed;
+    docs/PERFORMANCE.md#tpu).
+
+    Raises ValueError naming the setting when it is not one of :data:`INDEX_FORMS`.
+    """
+    if setting not in INDEX_FORMS:
+        raise ValueError(f"twohot.index_form: setting must be one of {INDEX_FORMS}, "
+                         f"got {setting!r}")
+    if setting != "auto":
+        return setting
+    return "window" if (backend or jax.default_backend()) == "cpu" else "compare"
+
+
+def _check_form(form: str):
+    if form not in ("window", "compare"):
+        raise ValueError(f"twohot: form must be 'window' or 'compare', got {form!r}")
+
+
+def _lookup(b, idx, form: str):
+    """``b[idx]`` f32[...] for int32 idx[...] in [0, n): a gather (``window``) or the sum of
+    ``b`` masked to the one bin ``idx`` (``compare``; exact: every other term is +0.0)."""
+    if form == "window":
+        return b[idx]
+    return jnp.where(jnp.arange(b.shape[0]) == idx[..., None], b, 0.0).sum(-1)
+
+
+def count_le(x, b, form: str = "window"):
     """#(b <= x) i32[...] for raw values x f32[...] and the symexp bins b f32[n] of either
     decode (symexp of a grid of n points from -20 to 20, ascending; :func:`bins`).
 
@@ -223,14 +261,17 @@ def count_le(x, b):
     (``lo`` below, all of whose bins are <= x): the same integer as the n-wide count, for
     every x including +-inf, with 4 comparisons instead of n.  NaN compares false with
     every bin, so its count is only that guess (:func:`encode` sets NaN's indices
-    itself).  Grids of fewer than 8 bins use the n-wide count.
+    itself).  Grids of fewer than 8 bins, and ``form="compare"`` (:func:`index_form`), use
+    the n-wide count; it counts NaN as 0.
 
-    Raises ValueError (at trace time) if ``b`` is not one-dimensional.
+    Raises ValueError (at trace time) if ``b`` is not one-dimensional or ``form`` is not
+    ``"window"`` or ``"compare"``.
     """
     if b.ndim != 1:
         raise ValueError(f"twohot.count_le: bins must be 1-D, got shape {b.shape}")
+    _check_form(form)
     n = b.shape[0]
-    if n < 2 * _WINDOW:
+    if form == "compare" or n < 2 * _WINDOW:
         return (b <= x[..., None]).sum(-1, dtype=jnp.int32)
     s = symlog(jnp.where(jnp.isnan(x), 0.0, x))
     guess = jnp.floor((s + GRID_LIMIT) * ((n - 1) / (2 * GRID_LIMIT)))
@@ -241,7 +282,7 @@ def count_le(x, b):
     return count
 
 
-def encode(x, b):
+def encode(x, b, form: str = "window"):
     """Two-hot target of raw values x f32[...] on the symexp bins b f32[n] of either decode
     (sorted ascending; :func:`bins`).
 
@@ -252,41 +293,45 @@ def encode(x, b):
     the reference's indices (below 0, above n-1).  Earlier forms gave the same integers
     and were slower: an unrolled binary search, which XLA copied into each of the fusions
     that read the indices, and the n-wide comparison summed, one (n, ...) pass per call
-    (docs/PERFORMANCE.md, "Levers measured").
+    (docs/PERFORMANCE.md, "Levers measured").  ``form`` (``"window"`` | ``"compare"``,
+    :func:`index_form`) chooses how the count and the bins ``b[below]``, ``b[above]`` are
+    found; the outputs are the same bits either way.
+
+    Raises ValueError (at trace time) for a ``form`` other than those two.
     """
     n = b.shape[0]
-    count = count_le(x, b)
+    count = count_le(x, b, form)
     nan = jnp.isnan(x)
     below = jnp.where(nan, 0, jnp.clip(count - 1, 0, n - 1))
     above = jnp.where(nan, n - 1, jnp.clip(count, 0, n - 1))
     equal = below == above
-    d_below = jnp.where(equal, 1, jnp.abs(b[below] - x))
-    d_above = jnp.where(equal, 1, jnp.abs(b[above] - x))
+    d_below = jnp.where(equal, 1, jnp.abs(_lookup(b, below, form) - x))
+    d_above = jnp.where(equal, 1, jnp.abs(_lookup(b, above, form) - x))
     total = d_below + d_above
     return below, above, d_above / total, d_below / total
 
 
-def _dense_target(x, b):
-    below, above, wb, wa = encode(x, b)
+def _dense_target(x, b, form):
+    below, above, wb, wa = encode(x, b, form)
     n = b.shape[0]
     return (jax.nn.one_hot(below, n, dtype=f32) * wb[..., None]
             + jax.nn.one_hot(above, n, dtype=f32) * wa[..., None])
 
 
-def log_prob(logits, x, b):
+def log_prob(logits, x, b, form: str = "window"):
     """Two-hot log-likelihood f32[...] of raw targets x f32[...] under logits f32[..., n]:
     sum(target * log_softmax(logits)) with the dense two-hot target of :func:`encode`
-    (jaxutils.py:255-274).  (A gather of the two log-probabilities gives the same values,
-    but its gradient is a scatter, which was ~2x slower on XLA:CPU.)"""
+    (jaxutils.py:255-274; ``form`` as there).  (A gather of the two log-probabilities gives
+    the same values, but its gradient is a scatter, which was ~2x slower on XLA:CPU.)"""
     logp = logits - jax.scipy.special.logsumexp(logits, -1, keepdims=True)
-    return (_dense_target(x, b) * logp).sum(-1)
+    return (_dense_target(x, b, form) * logp).sum(-1)
 
 
-def log_prob_pair(logits, x1, x2, c, b):
+def log_prob_pair(logits, x1, x2, c, b, form: str = "window"):
     """``log_prob(logits, x1) + c * log_prob(logits, x2)`` f32[...] in one pass over the
     n-wide logits: sum((target(x1) + c * target(x2)) * log_softmax(logits)).  This is the
     critic's loss with its slow-critic regulariser (reference agent.py:323-329, 347-352);
     the sums are associated differently from two separate likelihoods (float32 rounding
-    only, ~1e-7 relative)."""
+    only, ~1e-7 relative).  ``form`` as in :func:`encode`."""
     logp = logits - jax.scipy.special.logsumexp(logits, -1, keepdims=True)
-    return ((_dense_target(x1, b) + c * _dense_target(x2, b)) * logp).sum(-1)
+    return ((_dense_target(x1, b, form) + c * _dense_target(x2, b, form)) * logp).sum(-1)

@@ -128,9 +128,13 @@ def _log(msg: str) -> None:
 
 
 def _default_agent(params: dict):
+    """The candidate agent and its config, with ``twohot_index`` resolved for this backend
+    (twohot.index_form), so that ``run.json`` names the form the run used."""
     from .. import agent as agentlib
+    from .. import twohot
     from ..config import AgentConfig
-    return agentlib, AgentConfig.from_params(params)
+    cfg = AgentConfig.from_params(params)
+    return agentlib, dataclasses.replace(cfg, twohot_index=twohot.index_form(cfg.twohot_index))
 
 
 def _flatten_params(tree, prefix=""):
