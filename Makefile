@@ -86,7 +86,7 @@ round-tags: venv
 	$(PY) -m dreamer_parity.rounds tag $(if $(FORCE),--force)
 
 # The wheels the device machines lack and the TPU machine's index does not hold (gymnax, what
-# it needs, seaborn; about 1.3 MiB) into the git-ignored .accel-wheels/, for
+# it needs, seaborn; about 2.1 MiB) into the git-ignored .accel-wheels/, for
 # benchmarks/device_env.sh and benchmarks/accel_check.py there: the device call carries
 # [".accel-wheels"].
 accel-wheels: venv
