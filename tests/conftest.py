@@ -33,7 +33,8 @@ def published_dir():
 # --- slow subprocess runs started before the first test ------------------------------------
 #
 # The real reference's runs (tests/test_reference_jax010.py, tests/test_reference_smoke.py)
-# take minutes of one core each and only wait on their subprocess.  A module that has them
+# and the smoke round's `dvc repro` (tests/test_pipeline_e2e.py) take minutes of one core
+# each and only wait on their subprocess.  A module that has them
 # defines ``start_in_background(background, tmp_path_factory)`` and names the fixtures that
 # use them in ``BACKGROUND_FIXTURES``; when a selected test uses one of those fixtures the
 # runs are queued at the session's first test and run, one after the other, on one worker
@@ -78,13 +79,14 @@ class Background:
         return self._jobs[name].result()
 
     def run(self, cmd, *, timeout, **kw) -> subprocess.CompletedProcess:
-        """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)``."""
+        """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)``
+        (``stderr=subprocess.STDOUT`` merges the two)."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the test session has ended")
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, start_new_session=True,
-                                 env=kw.pop("env", self._env), **kw)
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                 stderr=kw.pop("stderr", subprocess.PIPE), text=True,
+                                 start_new_session=True, env=kw.pop("env", self._env), **kw)
             self._procs.append(p)
         try:
             out, err = p.communicate(timeout=timeout)
