@@ -117,36 +117,58 @@ def _git_source() -> str:
     pytest.skip("no local git directory holds the reference commit; run `make reference-setup`")
 
 
-@pytest.fixture(scope="module")
-def device_run(tmp_path_factory):
-    """The script run once as on the device (CPU, smoke size); ``{"out", "proc", "unpacked",
-    "work"}``."""
+#: conftest.background queues the run at the session's first test (start_in_background)
+BACKGROUND_FIXTURES = ("device_run",)
+
+
+def start_in_background(background, tmp_path_factory):
+    """Queue the script's run on the session's background worker (tests/conftest.py): it
+    runs while other tests do, and ``device_run`` waits for it.  The export and the cache
+    link are made here, on the main thread; the worker only waits on the script.  Nothing
+    is queued without the environment or a git source (``device_run`` then skips, saying
+    why)."""
     try:
         info = rs.check_setup(jax="0.10.2")
-    except rs.SetupError as e:
-        pytest.skip(f"the jax 0.10.2 reference environment is not set up: run "
-                    f"`make reference-setup-jax010` ({e})")
+        source = _git_source()
+    except (rs.SetupError, pytest.skip.Exception):
+        return
     base = tmp_path_factory.mktemp("jax010")
     carry = base / "carry"
-    rs.export(carry, _git_source(), log=lambda m: None)
+    rs.export(carry, source, log=lambda m: None)
     root = base / "root"
     root.mkdir()
     shared = rs.jaxcache_dir(rs.default_root(), "0.10.2")   # the environment's warm cache
     shared.mkdir(parents=True, exist_ok=True)
     (root / shared.name).symlink_to(shared)
     out = base / "out"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--seed", "0", "--name", "cpu-s0", "--carry", str(carry),
-         "--root", str(root), "--work", str(base / "work"), "--out-dir", str(out),
-         "--interpreter", str(info["python"]), "--set", "reference.precision=highest",
-         *(x for s in SMOKE_SETS for x in ("--set", s))],
-        capture_output=True, text=True, cwd=REPO, timeout=1500)
+    cmd = [sys.executable, str(SCRIPT), "--seed", "0", "--name", "cpu-s0", "--carry", str(carry),
+           "--root", str(root), "--work", str(base / "work"), "--out-dir", str(out),
+           "--interpreter", str(info["python"]), "--set", "reference.precision=highest",
+           *(x for s in SMOKE_SETS for x in ("--set", s))]
+    background.submit("reference-jax010-device", lambda: (
+        base, background.run(cmd, cwd=REPO, timeout=1500)))
+
+
+@pytest.fixture(scope="module")
+def device_run(background, tmp_path_factory):
+    """The script run once as on the device (CPU, smoke size); ``{"out", "proc", "unpacked",
+    "work"}``."""
+    try:
+        rs.check_setup(jax="0.10.2")
+    except rs.SetupError as e:
+        pytest.skip(f"the jax 0.10.2 reference environment is not set up: run "
+                    f"`make reference-setup-jax010` ({e})")
+    if not background.queued("reference-jax010-device"):
+        _git_source()                 # skips, saying why, when no git source holds the commit
+        start_in_background(background, tmp_path_factory)
+    base, proc = background.result("reference-jax010-device")
+    out = base / "out"
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     from dreamer_parity import archive
     unpacked = archive.unpack(out / "cpu-s0.tar.gz", base / "unpacked")
     assert unpacked == [base / "unpacked" / "reference" / "s0"]
     return {"out": out, "proc": proc, "unpacked": unpacked[0], "work": base / "work",
-            "root": root}
+            "root": base / "root"}
 
 
 

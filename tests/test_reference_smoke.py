@@ -1,5 +1,6 @@
 """Reference smoke runs (seeds 0 and 1, 1200 rows, evaluation every 400 rows with 2
-episodes, smoke widths) through the real launcher; one shared session-scoped run.
+episodes, smoke widths) through the real launcher; one shared session-scoped run, started
+in the background at the session's first test (tests/conftest.py, ``background``).
 
 Seed 0 runs the stock reference (decode ref, sampler stock); seed 1 runs with both
 protocol patches (decode exact, sampler per_run), so both paths are exercised end to end.
@@ -36,23 +37,41 @@ def _params(decode, sampler) -> dict:
                       "concordance_rows": [1200], "concordance_range": [400, 1200]}}
 
 
+#: conftest.background queues the two runs at the session's first test (start_in_background)
+BACKGROUND_FIXTURES = ("smoke_runs",)
+
+
+def start_in_background(background, tmp_path_factory):
+    """Queue the two smoke runs on the session's background worker (tests/conftest.py):
+    they run while other tests do, and ``smoke_runs`` waits for them.  Nothing is queued
+    without the set-up (``smoke_runs`` then skips, saying why)."""
+    try:
+        rs.check_setup()
+    except rs.SetupError:
+        return
+    base = tmp_path_factory.mktemp("reference-smoke")
+    for seed, (decode, sampler) in PATCHES.items():
+        pfile = base / f"params-s{seed}.yaml"
+        synthetic.write_params(pfile, _params(decode, sampler))
+        run_dir = records.run_dir(base / "results", "reference", seed)
+        cmd = [sys.executable, "-m", "dreamer_parity.reference.launch", "--params", str(pfile),
+               "--seed", str(seed), "--out", str(run_dir)]
+        background.submit(f"reference-smoke-s{seed}", lambda cmd=cmd, run_dir=run_dir: (
+            run_dir, background.run(cmd, cwd=REPO, timeout=1500)))
+
+
 @pytest.fixture(scope="session")
-def smoke_runs(tmp_path_factory):
+def smoke_runs(background, tmp_path_factory):
     """``{seed: (run directory, launcher CompletedProcess)}`` of the two smoke runs."""
     try:
         info = rs.check_setup()
     except rs.SetupError as e:
         pytest.skip(f"reference not set up: run `make reference-setup` ({e})")
-    base = tmp_path_factory.mktemp("reference-smoke")
+    if not background.queued("reference-smoke-s0"):
+        start_in_background(background, tmp_path_factory)
     out = {}
-    for seed, (decode, sampler) in PATCHES.items():
-        pfile = base / f"params-s{seed}.yaml"
-        synthetic.write_params(pfile, _params(decode, sampler))
-        run_dir = records.run_dir(base / "results", "reference", seed)
-        proc = subprocess.run(
-            [sys.executable, "-m", "dreamer_parity.reference.launch", "--params", str(pfile),
-             "--seed", str(seed), "--out", str(run_dir)],
-            capture_output=True, text=True, cwd=REPO, timeout=1500)
+    for seed in PATCHES:
+        run_dir, proc = background.result(f"reference-smoke-s{seed}")
         assert proc.returncode == 0, proc.stderr[-4000:]
         out[seed] = (run_dir, proc)
     out["checkout"] = info["checkout"]
