@@ -39,7 +39,8 @@ and an out-of-memory failure that ends that child only):
    seed batch it ran (``seed_batch``: null for all seeds batched).  ``--twohot-index``
    sets ``AgentConfig.twohot_index`` of the device phases (``auto``: the comparison form
    off the CPU, ``twohot.index_form``); each phase records the form it ran
-   (``twohot_index``).  The forms give the same bits, so it is a speed A/B only.
+   (``twohot_index``).  Both forms are exact (bitwise the same on XLA:CPU), so it is a
+   speed A/B.
 3. ``compare``: ``--compare-updates`` updates of one seed (fixed keys and batch) with the
    1-seed train step on the device and on the CPU backend of the same machine (the CPU
    side runs alongside the device phases on the upper half of the cores, unless
@@ -806,8 +807,8 @@ def _parser() -> argparse.ArgumentParser:
                          "the device (the compare phases set their own)")
     ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
                     help="AgentConfig.twohot_index of the device phases: how two-hot "
-                         "targets find their bins (auto: compare off the CPU; the same "
-                         "bits either way, so only the speed differs)")
+                         "targets find their bins (auto: compare off the CPU; both exact, "
+                         "so a speed A/B)")
     ap.add_argument("--compare-precisions", nargs="+", default=["default", "high", "highest"],
                     choices=("default", "high", "highest"))
     ap.add_argument("--cpu-compare", default="alongside", choices=("alongside", "after"),

@@ -42,7 +42,7 @@ runs use)::
         --by-source 40 --out $OUT/profile-1seed
 
 ``--twohot-index`` sets ``AgentConfig.twohot_index`` (how two-hot targets find their bins;
-``auto``, the default, is what a run on this backend uses; the forms give the same bits),
+``auto``, the default, is what a run on this backend uses; both forms are exact),
 and ``profile.json`` names the form profiled.
 
 ``--out DIR`` writes ``profile.json`` (the figures printed below, per update) and the

@@ -135,10 +135,13 @@ def test_budget_ends_the_check_cleanly(tmp_path):
 
 def test_real_agent_smoke_dry_run(tmp_path):
     # the train step only (the loop's phase is the stub test's; the real agent's loop is
-    # test_candidate_loop_run's): one cold compile, which the CPU side then finds cached
+    # test_candidate_loop_run's).  The "device" side runs the two-hot comparison form, the
+    # CPU side the table lookups (auto on the CPU), so the compare also checks that the
+    # two forms give the same metrics over two updates
     r, res = _run(tmp_path, "--profile", "smoke", "--seeds", "1", "--max-seeds", "1",
                   "--parts", "step", "--compare-precisions", "default", "--cpu-compare",
-                  "after", "--budget-s", "850", agent_stub=False, timeout=900)
+                  "after", "--twohot-index", "compare", "--budget-s", "850",
+                  agent_stub=False, timeout=900)
     assert r.returncode == 0, r.stderr
     assert [p["name"] for p in res["phases"]] == ["probe", "step-1", "compare-cpu"]
     assert all(p["status"] == "ok" for p in res["phases"]), res["summary"]
@@ -147,6 +150,9 @@ def test_real_agent_smoke_dry_run(tmp_path):
     assert s["cpu_step_1"]["seed_updates_per_s"] > 0
     d = s["compare"]["default"]
     assert d["max_abs"] == 0.0 and d["metrics"] > 50     # the agent's metrics, all equal
+    assert res["settings"]["twohot_index"] == "compare"
+    assert _phase(res, "step-1")["result"]["twohot_index"] == "compare"
+    assert _phase(res, "compare-cpu")["result"]["twohot_index"] == "window"
     m = _phase(res, "step-1")["result"]["metrics"]
     assert all(len(v) == 2 for k, v in m.items() if k != "params_abs_sum")
     assert m["params_abs_sum"][0] > 0

@@ -151,3 +151,12 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert tpu.main(["--seeds", "1", "--append", "--out", str(other)]) == 2
     assert "--append other.json: schema 'accel_check/1', not 'tpu_compile_only/1'" in \
         capsys.readouterr().err
+
+
+def test_the_two_hot_form_is_the_one_a_tpu_run_resolves():
+    """The sizing compiles what a run on the TPU builds: ``auto`` is the comparison form
+    there, though this host's own backend is the CPU."""
+    assert tpu.twohot_form_on_tpu("auto") == "compare"
+    assert tpu.twohot_form_on_tpu("window") == "window"
+    with pytest.raises(ValueError, match="index_form"):
+        tpu.twohot_form_on_tpu("gather")

@@ -94,7 +94,8 @@ class AgentConfig:
     head_rows: int = 8
     # speed only: how the two-hot encoding finds a value's bins, "window" (table lookups,
     # cheap on XLA:CPU), "compare" (the 255-wide comparison, no gather: accelerators) or
-    # "auto" (by backend, twohot.index_form); bitwise the same update for every value
+    # "auto" (by backend, twohot.index_form); both exact: bitwise the same update on
+    # XLA:CPU (tests)
     twohot_index: str = "auto"
 
     def __post_init__(self):

@@ -45,7 +45,7 @@ from .nets import symexp, symlog
 
 __all__ = ["bins", "bins_exact", "bins_ref", "mean", "mean_exact", "mean_ref",
            "mean_ref_literal", "ref_pair_sum", "two_product", "log_prob", "log_prob_pair",
-           "count_le", "encode", "index_form", "INDEX_FORMS", "GRID_LIMIT"]
+           "count_le", "encode", "index_form", "GRID_LIMIT"]
 
 f32 = jnp.float32
 
@@ -212,26 +212,25 @@ def mean(logits, b, decode: str):
 GRID_LIMIT = 20.0
 #: Bins compared per value by :func:`count_le` around its arithmetic guess.
 _WINDOW = 4
-#: Settings of how :func:`encode` finds a value's two bins (``AgentConfig.twohot_index``):
-#: ``window`` (an arithmetic guess and 4 table lookups), ``compare`` (the n-wide comparison
-#: and masked sums, no table lookup), ``auto`` (``window`` on XLA:CPU, ``compare`` on any
-#: other backend).  Both forms give the same bits (tests/test_candidate_twohot_index.py).
-INDEX_FORMS = TWOHOT_INDEX
 
 
 def index_form(setting: str = "auto", backend: str | None = None) -> str:
-    """The form ``"window"`` or ``"compare"`` that ``setting`` (one of :data:`INDEX_FORMS`)
-    means on ``backend`` (default ``jax.default_backend()``, read when called, so at trace
-    time): ``auto`` is ``window`` for ``"cpu"``, where lookups are cheap and the n-wide
+    """How :func:`encode` finds a value's two bins: the form ``"window"`` (an arithmetic
+    guess and 4 table lookups) or ``"compare"`` (the n-wide comparison and masked sums, no
+    table lookup) that ``setting`` (``AgentConfig.twohot_index``, one of
+    ``config.TWOHOT_INDEX``) means on ``backend`` (default ``jax.default_backend()``, read
+    when called, so at trace time): ``auto`` is ``window`` for ``"cpu"``, where lookups are cheap and the n-wide
     pass was about 3% of an update (docs/PERFORMANCE.md, levers table), and ``compare``
     elsewhere, where each lookup is a gather the chip runs as its own serial op (on the
     TPU v5e 42 gathers per update, 22% of the chip's op time at 1 seed;
-    docs/PERFORMANCE.md#tpu).
+    docs/PERFORMANCE.md#tpu).  Both forms are exact (integer counts, and sums whose other
+    terms are +0.0); on XLA:CPU they give bitwise the same encoding and update
+    (tests/test_candidate_twohot_index.py, tests/test_candidate_agent_step.py).
 
-    Raises ValueError naming the setting when it is not one of :data:`INDEX_FORMS`.
+    Raises ValueError naming the setting when it is not one of ``config.TWOHOT_INDEX``.
     """
-    if setting not in INDEX_FORMS:
-        raise ValueError(f"twohot.index_form: setting must be one of {INDEX_FORMS}, "
+    if setting not in TWOHOT_INDEX:
+        raise ValueError(f"twohot.index_form: setting must be one of {TWOHOT_INDEX}, "
                          f"got {setting!r}")
     if setting != "auto":
         return setting
@@ -295,7 +294,7 @@ def encode(x, b, form: str = "window"):
     that read the indices, and the n-wide comparison summed, one (n, ...) pass per call
     (docs/PERFORMANCE.md, "Levers measured").  ``form`` (``"window"`` | ``"compare"``,
     :func:`index_form`) chooses how the count and the bins ``b[below]``, ``b[above]`` are
-    found; the outputs are the same bits either way.
+    found; both are exact, and on XLA:CPU the outputs are bitwise the same (tests).
 
     Raises ValueError (at trace time) for a ``form`` other than those two.
     """
