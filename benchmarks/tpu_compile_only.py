@@ -22,7 +22,11 @@ round trip hands XLA the same module and is left out.  Nothing runs.
 Per program it records the compiler's ``memory_analysis()`` (argument, output, alias,
 temporary and generated-code bytes), ``cost_analysis()`` (flops, bytes accessed; XLA
 counts a loop body once, so these are per chunk program, not per update) and the seconds
-to lower and to compile; per entry the device memory a program needs, ``argument + output
+to lower and to compile, and ``traffic``: the bytes the program moves in HBM and on chip,
+estimated from its optimized HLO with every loop's trip count
+(:func:`benchmarks.lib.hlo_traffic.traffic`; the run's fori_loop of updates has a traced
+bound, so the chunk program counts one update per vector step there), with the
+source lines that move the most HBM bytes; per entry the device memory a program needs, ``argument + output
 - alias + temp`` bytes, its largest over the three programs, and whether that fits
 ``--hbm-bytes`` less ``--headroom`` (a fraction of it).  These are the compiler's
 estimates, not device measurements.
@@ -56,7 +60,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO))   # benchmarks.lib
 
+from benchmarks.lib.hlo_traffic import traffic  # noqa: E402  (standard library only)
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
 from dreamer_parity.candidate.config import TWOHOT_INDEX  # noqa: E402  (imports no jax)
 from dreamer_parity.candidate.runtime.run import (  # noqa: E402  (imports no jax)
@@ -73,6 +79,8 @@ HEADROOM = 0.10
 #: Environment of a compile-only TPU topology on a CPU host (set where unset).
 TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5litepod-1", "TPU_WORKER_HOSTNAMES": "localhost",
            "JAX_PLATFORMS": "cpu"}
+#: Source lines kept per program in ``traffic.by_source`` (largest HBM bytes first).
+TRAFFIC_ROWS = 15
 MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                  "temp_size_in_bytes", "generated_code_size_in_bytes")
 
@@ -215,17 +223,20 @@ def table(entries: list[dict]) -> str:
     need of the three programs against the budget."""
     gib = lambda b: f"{b / 2**30:.2f}"  # noqa: E731
     lines = ["| seeds | seed batch | chunk: arguments GiB | chunk: temporaries GiB "
-             "| chunk: needs GiB | chunk: GFLOP | chunk: GB accessed | chunk compile s "
+             "| chunk: needs GiB | chunk: GFLOP | chunk: GB accessed "
+             "| chunk: HBM GB, padded (est.) | chunk compile s "
              "| largest need GiB (program) | fits |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         c = e["programs"].get("chunk")
-        cells = ["-"] * 6
+        cells = ["-"] * 7
         if c:
             m, k = c["memory"], c["cost"]
+            hbm = c.get("traffic", {}).get("hbm", {}).get("padded_bytes")
             cells = [gib(m["argument_bytes"]), gib(m["temp_bytes"]), gib(m["need_bytes"]),
                      "-" if k["flops"] is None else f"{k['flops'] / 1e9:.1f}",
                      "-" if k["bytes_accessed"] is None else f"{k['bytes_accessed'] / 1e9:.1f}",
+                     "-" if hbm is None else f"{hbm / 1e9:.2f}",
                      f"{c['compile_s']:.0f}"]
         v = e["verdict"]
         lines.append(f"| {e['seeds']} | {'all' if e['seed_batch'] is None else e['seed_batch']}"
@@ -323,7 +334,8 @@ class Compiler:
         t2 = time.perf_counter()
         out = {"lower_s": t1 - t0, "compile_s": t2 - t1,
                "memory": memory_figures(compiled.memory_analysis()),
-               "cost": cost_figures(compiled.cost_analysis())}
+               "cost": cost_figures(compiled.cost_analysis()),
+               "traffic": traffic(compiled.as_text(), top=TRAFFIC_ROWS)}
         self.log(f"  {name}: compiled in {t2 - t1:.1f} s, needs "
                  f"{out['memory']['need_bytes'] / 2**30:.2f} GiB (temporaries "
                  f"{out['memory']['temp_bytes'] / 2**30:.2f})")

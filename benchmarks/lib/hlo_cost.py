@@ -18,7 +18,7 @@ import math
 import re
 import warnings
 
-__all__ = ["matmul_flops", "parse_computations"]
+__all__ = ["called", "matmul_flops", "parse_computations", "trip_count"]
 
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->\s*.*\{\s*$")
 _SHAPE = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
@@ -72,7 +72,8 @@ def _operands(text: str) -> tuple[list[str], str]:
 def parse_computations(hlo: str) -> dict[str, list[dict]]:
     """Computations of an HLO module text: name -> list of instructions.
 
-    Each instruction: ``{"name", "type", "op", "operands" (texts), "attrs" (text)}``.
+    Each instruction: ``{"name", "type", "op", "operands" (texts), "attrs" (text), "root"
+    (bool: the computation's ROOT)}``.
     The entry computation is also stored under ``"__entry__"``.
     """
     comps: dict[str, list[dict]] = {}
@@ -93,13 +94,14 @@ def parse_computations(hlo: str) -> dict[str, list[dict]]:
             continue
         lhs, rest = s.split(" = ", 1)
         name = lhs.replace("ROOT", "").strip().lstrip("%")
+        root = lhs.strip().startswith("ROOT")
         typ, rest = _split_type(rest)
         m = re.match(r"([\w\-$]+)\(", rest)
         if not m:
             continue
         ops, attrs = _operands(rest)
         cur.append({"name": name, "type": typ, "op": m.group(1), "operands": ops,
-                    "attrs": attrs})
+                    "attrs": attrs, "root": root})
     return comps
 
 
@@ -108,7 +110,9 @@ def _attr_list(attrs: str, key: str) -> list[int]:
     return [int(x) for x in m.group(1).split(",") if x] if m else []
 
 
-def _called(attrs: str, key: str) -> list[str]:
+def called(attrs: str, key: str) -> list[str]:
+    """Names of the computations an instruction's attribute ``key`` names (``body=%b``,
+    ``branch_computations={%a, %b}``)."""
     m = re.search(key + r"=\{([^}]*)\}", attrs)
     if m:
         return [x.strip().lstrip("%") for x in m.group(1).split(",") if x.strip()]
@@ -116,11 +120,13 @@ def _called(attrs: str, key: str) -> list[str]:
     return [m.group(1)] if m else []
 
 
-def _trip_count(inst: dict, comps: dict) -> int:
+def trip_count(inst: dict, comps: dict, warn: bool = True) -> int:
+    """Trip count of a ``while`` instruction: XLA's ``known_trip_count``, else the largest
+    constant of its condition computation, else 1 (with a warning when ``warn``)."""
     m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?', inst["attrs"])
     if m:
         return int(m.group(1))
-    cond = _called(inst["attrs"], "condition")
+    cond = called(inst["attrs"], "condition")
     consts = []
     for c in cond:
         for i in comps.get(c, []):
@@ -130,7 +136,8 @@ def _trip_count(inst: dict, comps: dict) -> int:
                     consts.append(int(mm.group(1)))
     if consts:
         return max(consts)
-    warnings.warn(f"while {inst['name']}: no trip count found; counting its body once")
+    if warn:
+        warnings.warn(f"while {inst['name']}: no trip count found; counting its body once")
     return 1
 
 
@@ -189,17 +196,17 @@ def matmul_flops(hlo: str) -> float:
             total += _inst_flops(inst, symbols)
             a = inst["attrs"]
             if inst["op"] == "while":
-                n = _trip_count(inst, comps)
-                total += n * sum(count(comps[c]) for c in _called(a, "body") if c in comps)
+                n = trip_count(inst, comps)
+                total += n * sum(count(comps[c]) for c in called(a, "body") if c in comps)
             elif inst["op"] == "conditional":
-                branches = [count(comps[c]) for c in _called(a, "branch_computations")
+                branches = [count(comps[c]) for c in called(a, "branch_computations")
                             if c in comps]
                 branches += [count(comps[c]) for k in ("true_computation", "false_computation")
-                             for c in _called(a, k) if c in comps]
+                             for c in called(a, k) if c in comps]
                 total += max(branches, default=0.0)
             elif inst["op"] in ("fusion", "call", "async-start", "custom-call"):
                 for k in ("calls", "to_apply", "called_computations"):
-                    total += sum(count(comps[c]) for c in _called(a, k) if c in comps)
+                    total += sum(count(comps[c]) for c in called(a, k) if c in comps)
         memo[key] = total
         return total
 
