@@ -290,6 +290,7 @@ class Compiler:
       precision: ``jax_default_matmul_precision`` (``default`` keeps jax's own).
       twohot_index: ``AgentConfig.twohot_index`` resolved for the TPU (``window`` or
         ``compare``, ``twohot.index_form(setting, backend="tpu")``).
+      head_rows: ``AgentConfig.head_rows`` (None: the profile's default).
       log: ``callable(str)`` for progress lines.
 
     Raises:
@@ -297,7 +298,8 @@ class Compiler:
     """
 
     def __init__(self, profile: str, topology: str, rows: int, chunk_steps: int,
-                 eval_episodes: int, precision: str, twohot_index: str = "compare", log=print):
+                 eval_episodes: int, precision: str, twohot_index: str = "compare", log=print,
+                 head_rows: int | None = None):
         import jax
         from jax.experimental import topologies
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -314,7 +316,9 @@ class Compiler:
             raise SizingError(f"no TPU topology {topology!r}: {type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}") from e
         self.jax, self.agent = jax, agent
-        self.cfg = AgentConfig.for_profile(profile, twohot_index=twohot_index)
+        self.cfg = AgentConfig.for_profile(profile, twohot_index=twohot_index,
+                                           **({} if head_rows is None else
+                                              {"head_rows": head_rows}))
         self.sharding = NamedSharding(Mesh(topo.devices[:1], ("chip",)), PartitionSpec())
         self.device_kind = topo.devices[0].device_kind
         self.capacity, self.chunk_steps = rows // NUM_ENVS, chunk_steps
@@ -420,6 +424,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
                     help="AgentConfig.twohot_index (auto: what a run on the TPU uses, "
                          "compare)")
+    ap.add_argument("--head-rows", type=_positive_int, default=None,
+                    help="AgentConfig.head_rows, imagined rows per pass of the heads (default: "
+                         "the profile's; a speed setting, the same update for every value)")
     ap.add_argument("--hbm-bytes", type=_positive_int, default=V5E_HBM_BYTES,
                     help="the chip's memory (default: the lent v5e's 15.75 GiB)")
     ap.add_argument("--headroom", type=_fraction, default=HEADROOM,
@@ -442,7 +449,8 @@ def main(argv=None) -> int:
                 "eval_episodes": a.eval_episodes, "precision": a.precision,
                 "hbm_bytes": a.hbm_bytes, "headroom": a.headroom,
                 # what a run on the TPU resolves (this host's own backend is the CPU)
-                "twohot_index": twohot_form_on_tpu(a.twohot_index)}
+                "twohot_index": twohot_form_on_tpu(a.twohot_index),
+                "head_rows": a.head_rows}
     invocations, old = [], []
     if a.append and out.exists():
         try:
@@ -454,7 +462,7 @@ def main(argv=None) -> int:
     try:
         libtpu = check_libtpu()
         compiler = Compiler(a.profile, a.topology, a.rows, a.chunk_steps, a.eval_episodes,
-                            a.precision, settings["twohot_index"], log)
+                            a.precision, settings["twohot_index"], log, a.head_rows)
     except SizingError as e:
         print(f"tpu_compile_only: error: {e}", file=sys.stderr)
         return 2
