@@ -40,7 +40,9 @@ and an out-of-memory failure that ends that child only):
    sets ``AgentConfig.twohot_index`` of the device phases (``auto``: the comparison form
    off the CPU, ``twohot.index_form``); each phase records the form it ran
    (``twohot_index``).  Both forms are exact (bitwise the same on XLA:CPU), so it is a
-   speed A/B.
+   speed A/B.  ``--head-rows`` sets ``AgentConfig.head_rows`` of the device phases (the
+   imagined rows per pass of the heads; every value gives the same update, tests), each
+   phase recording the value it ran (``head_rows``).
 3. ``compare``: ``--compare-updates`` updates of one seed (fixed keys and batch) with the
    1-seed train step on the device and on the CPU backend of the same machine (the CPU
    side runs alongside the device phases on the upper half of the cores, unless
@@ -253,6 +255,8 @@ def _agent(spec):
     cfg = make(spec["profile"])
     if spec.get("twohot_index", "auto") != "auto":
         cfg = dataclasses.replace(cfg, twohot_index=spec["twohot_index"])
+    if spec.get("head_rows") is not None:
+        cfg = dataclasses.replace(cfg, head_rows=spec["head_rows"])
     return agent, cfg
 
 
@@ -314,7 +318,8 @@ def _child_step(spec) -> dict:
     jax, cfg, compiled, states, batches, compile_s = _step_program(spec)
     n = spec["seeds"]
     out = {"seeds": n, "compile_s": compile_s, "backend": provenance.backend(),
-           "seed_batch": step_seed_batch(spec), "twohot_index": _twohot_form(cfg)}
+           "seed_batch": step_seed_batch(spec), "twohot_index": _twohot_form(cfg),
+           "head_rows": getattr(cfg, "head_rows", None)}
     start = states
     if spec["updates"] > 0:
         times = []
@@ -389,7 +394,8 @@ def _child_loop(spec) -> dict:
             "update_s": t / u, "seed_updates_per_s": n * u / t, "updates_done": done,
             "state_bytes_per_seed": state_bytes // n, "memory": _jax_memory(jax),
             "backend": provenance.backend(), "precision": spec.get("precision", "default"),
-            "seed_batch": seed_batch, "twohot_index": _twohot_form(cfg)}
+            "seed_batch": seed_batch, "twohot_index": _twohot_form(cfg),
+            "head_rows": getattr(cfg, "head_rows", None)}
 
 
 _CHILDREN = {"probe": _child_probe, "step": _child_step, "loop": _child_loop}
@@ -498,7 +504,8 @@ def _spec(a, ph: dict, cpus=None) -> dict:
             "loop_chunks": a.loop_chunks, "cpus": cpus,
             "precision": a.precision if ph["side"] == "device" else "default",
             "seed_batch": a.seed_batch_value if ph["side"] == "device" else "auto",
-            "twohot_index": a.twohot_index if ph["side"] == "device" else "auto"}
+            "twohot_index": a.twohot_index if ph["side"] == "device" else "auto",
+            "head_rows": a.head_rows if ph["side"] == "device" else None}
     if ph["kind"] == "step":
         spec.update(updates=0 if ph.get("timing") is False else a.step_updates,
                     compare_updates=a.compare_updates if ph.get("compare") else 0,
@@ -591,7 +598,7 @@ class Check:
                             "platform", "profile", "agent", "seeds", "parts", "grow", "max_seeds", "step_updates",
                             "loop_steps", "loop_chunks", "rows", "compare_updates",
                             "compare_precisions", "cpu_compare", "versions", "mem_fraction",
-                            "precision", "seed_batch", "twohot_index")},
+                            "precision", "seed_batch", "twohot_index", "head_rows")},
                     "phases": []}
         self.res["settings"]["compilation_cache"] = bool(
             os.environ.get("JAX_COMPILATION_CACHE_DIR"))
@@ -809,6 +816,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="AgentConfig.twohot_index of the device phases: how two-hot "
                          "targets find their bins (auto: compare off the CPU; both exact, "
                          "so a speed A/B)")
+    ap.add_argument("--head-rows", type=_positive(int), default=None,
+                    help="AgentConfig.head_rows of the device phases: imagined rows per pass "
+                         "of the heads (default: the profile's; every value gives the same "
+                         "update, so a speed A/B)")
     ap.add_argument("--compare-precisions", nargs="+", default=["default", "high", "highest"],
                     choices=("default", "high", "highest"))
     ap.add_argument("--cpu-compare", default="alongside", choices=("alongside", "after"),

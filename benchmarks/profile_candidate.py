@@ -43,7 +43,8 @@ runs use)::
 
 ``--twohot-index`` sets ``AgentConfig.twohot_index`` (how two-hot targets find their bins;
 ``auto``, the default, is what a run on this backend uses; both forms are exact),
-and ``profile.json`` names the form profiled.
+and ``profile.json`` names the form profiled; ``--head-rows`` sets ``AgentConfig.head_rows``
+(imagined rows per pass of the heads; the same update for every value), also recorded.
 
 ``--out DIR`` writes ``profile.json`` (the figures printed below, per update) and the
 trace itself, as ``trace.json.gz`` (the trace viewer's JSON) and ``trace.xplane.pb`` (the
@@ -264,9 +265,16 @@ def _print_by_source(hlo_text, by_name, count, n, top) -> list[dict]:
     return out
 
 
+def _config(a):
+    """The profiled agent's config: ``--profile`` with ``--twohot-index`` and, where given,
+    ``--head-rows``."""
+    over = {} if a.head_rows is None else {"head_rows": a.head_rows}
+    return AgentConfig.for_profile(a.profile, twohot_index=a.twohot_index, **over)
+
+
 def _trace_step(a):
     """Trace ``a.updates`` calls of the isolated jit(vmap(train_step)); (events, walls, n)."""
-    cfg = AgentConfig.for_profile(a.profile, twohot_index=a.twohot_index)
+    cfg = _config(a)
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     states = jax.vmap(lambda k: init(k, cfg))(keys)
     batches = jax.tree_util.tree_map(
@@ -322,7 +330,7 @@ def _trace_loop(a):
     from dreamer_parity.candidate.runtime import loop
     from dreamer_parity.schedule import per_vector_step
 
-    cfg = AgentConfig.for_profile(a.profile, twohot_index=a.twohot_index)
+    cfg = _config(a)
     progs = loop.build(agent, cfg, capacity=24000 // 16, chunk_steps=a.chunk_steps,
                        eval_episodes=10)
     keys = [loop.seed_keys(s) for s in range(a.seeds)]
@@ -368,6 +376,9 @@ def main(argv=None) -> int:
     ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
                     help="AgentConfig.twohot_index: how two-hot targets find their bins "
                          "(auto: table lookups on the CPU, the comparison elsewhere)")
+    ap.add_argument("--head-rows", type=int, default=None,
+                    help="AgentConfig.head_rows: imagined rows per pass of the heads "
+                         "(default: the profile's)")
     ap.add_argument("--out", default=None, metavar="DIR",
                     help="write profile.json and the trace (trace.json.gz) into DIR")
     a = ap.parse_args(argv)
@@ -403,6 +414,7 @@ def main(argv=None) -> int:
         "device_kind": jax.devices()[0].device_kind,
         "matmul_precision": jax.config.jax_default_matmul_precision or "default",
         "twohot_index": twohot.index_form(a.twohot_index),
+        "head_rows": _config(a).head_rows,
         "program": "loop" if a.loop else "isolated step", "profile": a.profile,
         "seeds": a.seeds, "updates": n,
         "wall_ms_per_update": sum(walls) / n * 1e3, "calls_s": walls,

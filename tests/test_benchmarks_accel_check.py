@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dreamer_parity import provenance
+from dreamer_parity.candidate.config import AgentConfig
 from dreamer_parity.schedule import per_vector_step
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,12 +136,13 @@ def test_budget_ends_the_check_cleanly(tmp_path):
 
 def test_real_agent_smoke_dry_run(tmp_path):
     # the train step only (the loop's phase is the stub test's; the real agent's loop is
-    # test_candidate_loop_run's).  The "device" side runs the two-hot comparison form, the
-    # CPU side the table lookups (auto on the CPU), so the compare also checks that the
-    # two forms give the same metrics over two updates
+    # test_candidate_loop_run's).  The "device" side runs the two-hot comparison form and
+    # the heads in passes of 2 rows, the CPU side the table lookups (auto on the CPU) and
+    # the profile's passes, so the compare also checks that both settings give the same
+    # metrics over two updates
     r, res = _run(tmp_path, "--profile", "smoke", "--seeds", "1", "--max-seeds", "1",
                   "--parts", "step", "--compare-precisions", "default", "--cpu-compare",
-                  "after", "--twohot-index", "compare", "--budget-s", "850",
+                  "after", "--twohot-index", "compare", "--head-rows", "2", "--budget-s", "850",
                   agent_stub=False, timeout=900)
     assert r.returncode == 0, r.stderr
     assert [p["name"] for p in res["phases"]] == ["probe", "step-1", "compare-cpu"]
@@ -153,6 +155,9 @@ def test_real_agent_smoke_dry_run(tmp_path):
     assert res["settings"]["twohot_index"] == "compare"
     assert _phase(res, "step-1")["result"]["twohot_index"] == "compare"
     assert _phase(res, "compare-cpu")["result"]["twohot_index"] == "window"
+    assert res["settings"]["head_rows"] == 2
+    assert _phase(res, "step-1")["result"]["head_rows"] == 2
+    assert _phase(res, "compare-cpu")["result"]["head_rows"] == AgentConfig().head_rows == 8
     m = _phase(res, "step-1")["result"]["metrics"]
     assert all(len(v) == 2 for k, v in m.items() if k != "params_abs_sum")
     assert m["params_abs_sum"][0] > 0
