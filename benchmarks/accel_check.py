@@ -41,8 +41,8 @@ and an out-of-memory failure that ends that child only):
    off the CPU, ``twohot.index_form``); each phase records the form it ran
    (``twohot_index``).  Both forms are exact (bitwise the same on XLA:CPU), so it is a
    speed A/B.  ``--head-rows`` sets ``AgentConfig.head_rows`` of the device phases (the
-   imagined rows per pass of the heads; every value gives the same update, tests), each
-   phase recording the value it ran (``head_rows``).
+   imagined rows per pass of the heads: the same update up to float32 rounding, tests),
+   each phase recording the value it ran (``head_rows``).
 3. ``compare``: ``--compare-updates`` updates of one seed (fixed keys and batch) with the
    1-seed train step on the device and on the CPU backend of the same machine (the CPU
    side runs alongside the device phases on the upper half of the cores, unless
@@ -818,8 +818,8 @@ def _parser() -> argparse.ArgumentParser:
                          "so a speed A/B)")
     ap.add_argument("--head-rows", type=_positive(int), default=None,
                     help="AgentConfig.head_rows of the device phases: imagined rows per pass "
-                         "of the heads (default: the profile's; every value gives the same "
-                         "update, so a speed A/B)")
+                         "of the heads (default: the profile's; the same update up to float32 "
+                         "rounding, so a speed A/B)")
     ap.add_argument("--compare-precisions", nargs="+", default=["default", "high", "highest"],
                     choices=("default", "high", "highest"))
     ap.add_argument("--cpu-compare", default="alongside", choices=("alongside", "after"),

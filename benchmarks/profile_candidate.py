@@ -44,7 +44,8 @@ runs use)::
 ``--twohot-index`` sets ``AgentConfig.twohot_index`` (how two-hot targets find their bins;
 ``auto``, the default, is what a run on this backend uses; both forms are exact),
 and ``profile.json`` names the form profiled; ``--head-rows`` sets ``AgentConfig.head_rows``
-(imagined rows per pass of the heads; the same update for every value), also recorded.
+(imagined rows per pass of the heads; the same update up to float32 rounding), also
+recorded.
 
 ``--out DIR`` writes ``profile.json`` (the figures printed below, per update) and the
 trace itself, as ``trace.json.gz`` (the trace viewer's JSON) and ``trace.xplane.pb`` (the

@@ -426,7 +426,7 @@ def parser() -> argparse.ArgumentParser:
                          "compare)")
     ap.add_argument("--head-rows", type=_positive_int, default=None,
                     help="AgentConfig.head_rows, imagined rows per pass of the heads (default: "
-                         "the profile's; a speed setting, the same update for every value)")
+                         "the profile's; a speed setting: the same update up to float32 rounding)")
     ap.add_argument("--hbm-bytes", type=_positive_int, default=V5E_HBM_BYTES,
                     help="the chip's memory (default: the lent v5e's 15.75 GiB)")
     ap.add_argument("--headroom", type=_fraction, default=HEADROOM,

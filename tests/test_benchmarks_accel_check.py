@@ -136,13 +136,12 @@ def test_budget_ends_the_check_cleanly(tmp_path):
 
 def test_real_agent_smoke_dry_run(tmp_path):
     # the train step only (the loop's phase is the stub test's; the real agent's loop is
-    # test_candidate_loop_run's).  The "device" side runs the two-hot comparison form and
-    # the heads in passes of 2 rows, the CPU side the table lookups (auto on the CPU) and
-    # the profile's passes, so the compare also checks that both settings give the same
-    # metrics over two updates
+    # test_candidate_loop_run's).  The "device" side runs the two-hot comparison form, the
+    # CPU side the table lookups (auto on the CPU), so the compare also checks that the
+    # two forms give the same metrics over two updates
     r, res = _run(tmp_path, "--profile", "smoke", "--seeds", "1", "--max-seeds", "1",
                   "--parts", "step", "--compare-precisions", "default", "--cpu-compare",
-                  "after", "--twohot-index", "compare", "--head-rows", "2", "--budget-s", "850",
+                  "after", "--twohot-index", "compare", "--budget-s", "850",
                   agent_stub=False, timeout=900)
     assert r.returncode == 0, r.stderr
     assert [p["name"] for p in res["phases"]] == ["probe", "step-1", "compare-cpu"]
@@ -155,15 +154,31 @@ def test_real_agent_smoke_dry_run(tmp_path):
     assert res["settings"]["twohot_index"] == "compare"
     assert _phase(res, "step-1")["result"]["twohot_index"] == "compare"
     assert _phase(res, "compare-cpu")["result"]["twohot_index"] == "window"
-    assert res["settings"]["head_rows"] == 2
-    assert _phase(res, "step-1")["result"]["head_rows"] == 2
-    assert _phase(res, "compare-cpu")["result"]["head_rows"] == AgentConfig().head_rows == 8
+    assert res["settings"]["head_rows"] is None
+    assert _phase(res, "step-1")["result"]["head_rows"] == AgentConfig().head_rows == 8
     m = _phase(res, "step-1")["result"]["metrics"]
     assert all(len(v) == 2 for k, v in m.items() if k != "params_abs_sum")
     assert m["params_abs_sum"][0] > 0
     assert _phase(res, "step-1")["result"]["state_bytes_per_seed"] > 0
     prov = res["device"]["provenance"]
     assert prov["packages"]["gymnax"] == provenance.read_pins(REPO / "requirements.lock")["gymnax"]
+
+
+def test_agent_config_takes_the_speed_settings_of_the_spec():
+    # --head-rows and --twohot-index reach the device phases' config; the CPU side's spec
+    # keeps the profile's (the real agent: no compile here)
+    spec = {"agent": "dreamer_parity.candidate.agent", "profile": "smoke"}
+    _, cfg = accel_check._agent({**spec, "head_rows": 2, "twohot_index": "compare"})
+    assert (cfg.head_rows, cfg.twohot_index) == (2, "compare")
+    _, cfg = accel_check._agent({**spec, "head_rows": None, "twohot_index": "auto"})
+    assert (cfg.head_rows, cfg.twohot_index) == (AgentConfig().head_rows, "auto") == (8, "auto")
+    ap = accel_check._parser()
+    a = ap.parse_args(["--out", "x", "--head-rows", "2"])
+    accel_check._validate(ap, a)
+    assert accel_check._spec(a, {"kind": "loop", "side": "device"})["head_rows"] == 2
+    assert accel_check._spec(a, {"kind": "loop", "side": "cpu"})["head_rows"] is None
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--out", "x", "--head-rows", "0"])
 
 
 def test_metric_differences_pick_the_largest_and_handle_non_finite():

@@ -240,7 +240,8 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     # unrolled.  The actor runs on each imagined row as soon as it exists: its logits both
     # sample the row's action (through stop_gradient) and enter the actor loss.  The other
     # heads read the rows in groups of ``cfg.head_rows`` (a speed setting; the products are
-    # the same): on the 2-core CPU, stacking all H+1 rows (33 MB of deter alone) and passing
+    # the same, and the heads' weight gradients are summed over the groups, so another
+    # value rounds them differently): on the 2-core CPU, stacking all H+1 rows (33 MB of deter alone) and passing
     # over (H+1, N, bins) arrays was slower (docs/PERFORMANCE.md; the cause was not measured).  The
     # first layers of the heads without gradient (reward, continue, slow critic) are one
     # matmul per group.

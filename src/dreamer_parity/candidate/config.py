@@ -88,7 +88,9 @@ class AgentConfig:
     loss_scales: Mapping[str, float] = field(default_factory=lambda: DEFAULT_LOSS_SCALES)
     # speed only: imagined rows per pass of the reward, continue and critic heads
     # (agent._loss); any positive value, imag_length + 1 or more meaning one pass over the
-    # stacked trajectory; bitwise the same update for every value.  8 keeps
+    # stacked trajectory.  Every value gives the same first update from initialisation;
+    # later ones differ by float32 rounding, the heads' weight gradients being summed over
+    # the groups in another order (tests).  8 keeps
     # the cold compile near that of one stacked pass (16) and runs about as fast as 1-4
     # (docs/PERFORMANCE.md, levers table)
     head_rows: int = 8
