@@ -26,7 +26,7 @@ to lower and to compile, and ``traffic``: the bytes the program moves in HBM and
 estimated from its optimized HLO with every loop's trip count
 (:func:`benchmarks.lib.hlo_traffic.traffic`; the run's fori_loop of updates has a traced
 bound, so the chunk program counts one update per vector step there), with the
-source lines that move the most HBM bytes; per entry the device memory a program needs, ``argument + output
+source lines that move the most HBM bytes and the most on-chip bytes; per entry the device memory a program needs, ``argument + output
 - alias + temp`` bytes, its largest over the three programs, and whether that fits
 ``--hbm-bytes`` less ``--headroom`` (a fraction of it).  These are the compiler's
 estimates, not device measurements.
@@ -79,7 +79,8 @@ HEADROOM = 0.10
 #: Environment of a compile-only TPU topology on a CPU host (set where unset).
 TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5litepod-1", "TPU_WORKER_HOSTNAMES": "localhost",
            "JAX_PLATFORMS": "cpu"}
-#: Source lines kept per program in ``traffic.by_source`` (largest HBM bytes first).
+#: Source lines kept per program in ``traffic.by_source``: the largest this many by HBM
+#: bytes and by on-chip bytes (hlo_traffic.traffic's ``top``).
 TRAFFIC_ROWS = 15
 MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                  "temp_size_in_bytes", "generated_code_size_in_bytes")

@@ -146,6 +146,18 @@ def test_traffic_counts_trips_in_place_updates_sliced_reads_copies_and_sources()
     assert not any("/" in r["source"] for r in t["by_source"])      # no directory leaves
 
 
+def test_traffic_keeps_the_largest_sources_by_hbm_and_by_on_chip_bytes():
+    # HBM bytes rank the agent lines, then replay.py:125 (16 KiB, nothing on chip), then the
+    # unattributed counter adds and copy; on-chip bytes rank the agent lines, then those
+    # (8 KiB: the copy's destination).  top=3 keeps the union, largest HBM bytes first
+    rows = traffic(HLO, top=3)["by_source"]
+    assert [r["source"] for r in rows] == ["bwd agent.py:222", "fwd agent.py:222",
+                                           "fwd replay.py:125", "fwd ?"]
+    assert rows[3]["on_chip_padded_bytes"] == 16 * 128 * F
+    assert [r["source"] for r in traffic(HLO, top=2)["by_source"]] == [
+        "bwd agent.py:222", "fwd agent.py:222"]
+
+
 def test_stack_sources_name_files_without_directories():
     assert stack_sources(HLO) == {1: "agent.py:222", 2: "replay.py:125"}
 

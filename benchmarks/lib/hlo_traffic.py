@@ -267,7 +267,9 @@ def traffic(hlo: str, top: int = 40) -> dict:
 
     Args:
       hlo: optimized HLO module text of a TPU program (module docstring for the rules).
-      top: how many source lines ``by_source`` keeps (largest HBM padded bytes first).
+      top: how many source lines ``by_source`` keeps: the ``top`` largest by HBM padded
+        bytes and the ``top`` largest by on-chip padded bytes (their union, largest HBM
+        bytes first).
 
     Returns:
       ``{"hbm": {"logical_bytes", "padded_bytes"}, "on_chip": {...}, "dynamic_loops":
@@ -313,7 +315,10 @@ def traffic(hlo: str, top: int = 40) -> dict:
             row[3] += mult
 
     walk("__entry__", 1, ("__entry__",))
-    rows = sorted(per_source.items(), key=lambda kv: -kv[1][1])[:top]
+    by_hbm = sorted(per_source.items(), key=lambda kv: -kv[1][1])
+    keep = {s for s, _ in by_hbm[:top]} | {
+        s for s, _ in sorted(per_source.items(), key=lambda kv: -kv[1][2])[:top]}
+    rows = [(s, r) for s, r in by_hbm if s in keep]
     return {"hbm": {"logical_bytes": totals[0], "padded_bytes": totals[1]},
             "on_chip": {"logical_bytes": totals[2], "padded_bytes": totals[3]},
             "dynamic_loops": dynamic[0],
