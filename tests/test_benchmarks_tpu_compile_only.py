@@ -75,11 +75,13 @@ def test_the_verdict_takes_the_largest_program_against_the_budget():
     assert tpu.verdict(progs, tpu.V5E_HBM_BYTES, tpu.HEADROOM)["budget_bytes"] == 15218402457
 
 
-def _entry(seeds, sb, need, temp=1, flops=3e9):
+def _entry(seeds, sb, need, temp=1, flops=3e9, hbm=None):
     mem = {"argument_bytes": 2**30, "output_bytes": 2**30, "alias_bytes": 2**30,
            "temp_bytes": temp, "generated_code_bytes": 0, "need_bytes": need}
     progs = {"chunk": {"memory": mem, "cost": {"flops": flops, "bytes_accessed": 5e9,
                                                "transcendentals": None}, "compile_s": 81.4}}
+    if hbm is not None:
+        progs["chunk"]["traffic"] = {"hbm": {"padded_bytes": hbm, "logical_bytes": hbm}}
     return {"seeds": seeds, "seed_batch": sb, "programs": progs,
             "verdict": tpu.verdict(progs, 16 * 2**30, 0.1)}
 
@@ -90,11 +92,15 @@ def test_merge_replaces_the_same_entry_and_sorts_and_the_table_shows_it():
     merged = tpu.merge(old, new)
     assert [(e["seeds"], e["seed_batch"], e["verdict"]["need_bytes"]) for e in merged] == [
         (1, None, 5), (10, None, 4), (100, 10, 3), (100, 20, 2)]
-    rows = tpu.table([_entry(100, 10, 3 * 2**30, temp=2 * 2**30), _entry(30, None, 15 * 2**30)])
+    rows = tpu.table([_entry(100, 10, 3 * 2**30, temp=2 * 2**30, hbm=68.1e9),
+                      _entry(30, None, 15 * 2**30)])
     lines = rows.splitlines()
     assert lines[0].startswith("| seeds | seed batch |") and len(lines) == 4
-    assert lines[2] == "| 100 | 10 | 1.00 | 2.00 | 3.00 | 3.0 | 5.0 | 81 | 3.00 (chunk) | yes |"
-    assert lines[3].startswith("| 30 | all |") and lines[3].endswith("| 15.00 (chunk) | no |")
+    assert lines[2] == ("| 100 | 10 | 1.00 | 2.00 | 3.00 | 3.0 | 5.0 | 68.10 | 81 "
+                        "| 3.00 (chunk) | yes |")
+    # an entry without the traffic estimate (a file made before it was recorded) shows "-"
+    assert lines[3].startswith("| 30 | all |") and lines[3].endswith(
+        "| 5.0 | - | 81 | 15.00 (chunk) | no |")
 
 
 SETTINGS = {"topology": "v5e:1x1", "profile": "full", "rows": 24000, "capacity": 1500,
