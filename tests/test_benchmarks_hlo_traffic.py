@@ -109,7 +109,7 @@ ENTRY %main (a: f32[64,8,128], b: f32[8,128], n: s32[], v: f32[16,128]) -> f32[1
   %zero = s32[]{:T(128)} constant(0)
   %init = (s32[]{:T(128)}, f32[64,8,128]{2,1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)S(1)}) tuple(%zero, %a, %b)
   %loop = (s32[]{:T(128)}, f32[64,8,128]{2,1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)S(1)}) while(%init), condition=%cond, body=%body
-  %cs = (f32[16,128]{1,0:T(8,128)}, f32[16,128]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) copy-start(%v)
+  %cs = (f32[16,128]{1,0:T(8,128)S(1)}, f32[16,128]{1,0:T(8,128)}, u32[]{:S(2)}) copy-start(%v)
   %cd = f32[16,128]{1,0:T(8,128)S(1)} copy-done(%cs)
   %dinit = (s32[]{:T(128)}, s32[]{:T(128)}, f32[16,128]{1,0:T(8,128)}) tuple(%zero, %n, %v)
   %dl = (s32[]{:T(128)}, s32[]{:T(128)}, f32[16,128]{1,0:T(8,128)}) while(%dinit), condition=%dcond, body=%dbody
@@ -129,7 +129,7 @@ def test_traffic_counts_trips_in_place_updates_sliced_reads_copies_and_sources()
     scalar = 4
     per_trip_hbm = (ROW + scalar) + (ROW + scalar) + 3 * scalar
     per_trip_chip = 2 * ROW + ROW                           # x and y; y again in the DUS fusion
-    copy = 16 * 128 * F      # copy-start: the source in HBM, the destination on chip
+    copy = 16 * 128 * F      # copy-start: the destination on chip, the source in HBM
     exp = 2 * 16 * 128 * F   # the loop with a traced bound counts once: exp reads and writes
     assert t["hbm"] == {"logical_bytes": 5 * per_trip_hbm + copy + exp,
                         "padded_bytes": 5 * per_trip_hbm + copy + exp}    # no padding here
@@ -156,6 +156,73 @@ def test_traffic_keeps_the_largest_sources_by_hbm_and_by_on_chip_bytes():
     assert rows[3]["on_chip_padded_bytes"] == 16 * 128 * F
     assert [r["source"] for r in traffic(HLO, top=2)["by_source"]] == [
         "bwd agent.py:222", "fwd agent.py:222"]
+
+
+HLO2 = """HloModule m2
+
+%slice_of (q0: f32[64,8,128], q1: s32[]) -> f32[1,8,128] {
+  %q0 = f32[64,8,128]{2,1,0:T(8,128)} parameter(0)
+  %q1 = s32[]{:T(128)} parameter(1)
+  %z = s32[]{:T(128)} constant(0)
+  ROOT %s = f32[1,8,128]{2,1,0:T(8,128)} dynamic-slice(%q0, %q1, %z, %z), dynamic_slice_sizes={1,8,128}
+}
+
+%dus_and_read (p0: f32[64,8,128], p1: f32[1,8,128], p2: s32[]) -> (f32[64,8,128], f32[8,128]) {
+  %p0 = f32[64,8,128]{2,1,0:T(8,128)} parameter(0)
+  %p1 = f32[1,8,128]{2,1,0:T(8,128)} parameter(1)
+  %p2 = s32[]{:T(128)} parameter(2)
+  %z = s32[]{:T(128)} constant(0)
+  %d = f32[64,8,128]{2,1,0:T(8,128)} dynamic-update-slice(%p0, %p1, %p2, %z, %z)
+  %r = f32[8,128]{1,0:T(8,128)} reduce(%p0, %z), dimensions={0}, to_apply=%slice_of
+  ROOT %t = (f32[64,8,128]{2,1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) tuple(%d, %r)
+}
+
+%small (b0: f32[8,128]) -> f32[8,128] {
+  %b0 = f32[8,128]{1,0:T(8,128)} parameter(0)
+  ROOT %e = f32[8,128]{1,0:T(8,128)} exponential(%b0)
+}
+
+%big (c0: f32[8,128]) -> f32[8,128] {
+  %c0 = f32[8,128]{1,0:T(8,128)} parameter(0)
+  %e = f32[8,128]{1,0:T(8,128)} exponential(%c0)
+  ROOT %l = f32[8,128]{1,0:T(8,128)} log(%e)
+}
+
+ENTRY %main (a: f32[64,8,128], u: f32[1,8,128], i: s32[], x: f32[8,128], pr: pred[], f: s32[]) -> f32[8,128] {
+  %a = f32[64,8,128]{2,1,0:T(8,128)S(1)} parameter(0)
+  %u = f32[1,8,128]{2,1,0:T(8,128)S(1)} parameter(1)
+  %i = s32[]{:T(128)S(6)} parameter(2)
+  %x = f32[8,128]{1,0:T(8,128)} parameter(3)
+  %pr = pred[]{:T(512)S(6)} parameter(4)
+  %sl = f32[1,8,128]{2,1,0:T(8,128)} fusion(%a, %i), kind=kLoop, calls=%slice_of
+  %both = (f32[64,8,128]{2,1,0:T(8,128)S(1)}, f32[8,128]{1,0:T(8,128)}) fusion(%a, %u, %i), kind=kLoop, calls=%dus_and_read
+  ROOT %c = f32[8,128]{1,0:T(8,128)} conditional(%pr, %x, %x), true_computation=%small, false_computation=%big
+}
+"""
+
+
+def test_traffic_files_fused_bytes_by_the_call_and_takes_the_largest_branch():
+    t = traffic(HLO2)
+    stacked = 64 * ROW
+    # the sliced read of the on-chip buffer is one row on chip (the fused slice's own layout
+    # names no memory space), its result one row in HBM; the scalar index is in scalar
+    # memory (S(6)): neither
+    sliced = (ROW, ROW)                                   # (HBM, on chip)
+    # the buffer is also reduced whole inside the second fusion: not updated in place, so
+    # read whole (on chip) and written whole (on chip), plus the update (on chip) and the
+    # reduced row (HBM)
+    both = (ROW, stacked + stacked + ROW)
+    # the conditional: the larger branch (exp and log: 4 rows in HBM), not both branches
+    branch = (4 * ROW, 0)
+    assert t["hbm"]["padded_bytes"] == sliced[0] + both[0] + branch[0]
+    assert t["on_chip"]["padded_bytes"] == sliced[1] + both[1] + branch[1]
+    assert t["dynamic_loops"] == 0
+
+
+def test_array_bytes_count_neither_for_flags_host_and_scalar_memory():
+    assert array_bytes("u32[]{:S(2)}") == [(0, 0, False)]
+    assert array_bytes("f32[8,128]{1,0:T(8,128)S(5)}") == [(0, 0, False)]
+    assert array_bytes("s32[]{:T(128)S(6)}") == [(0, 0, False)]
 
 
 def test_stack_sources_name_files_without_directories():

@@ -120,9 +120,10 @@ def called(attrs: str, key: str) -> list[str]:
     return [m.group(1)] if m else []
 
 
-def trip_count(inst: dict, comps: dict, warn: bool = True) -> int:
+def trip_count(inst: dict, comps: dict, warn: bool = True, default: int | None = 1):
     """Trip count of a ``while`` instruction: XLA's ``known_trip_count``, else the largest
-    constant of its condition computation, else 1 (with a warning when ``warn``)."""
+    integer constant of its condition computation, else ``default`` (1, with a warning
+    when ``warn``; None tells a loop without a constant bound)."""
     m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?', inst["attrs"])
     if m:
         return int(m.group(1))
@@ -136,9 +137,9 @@ def trip_count(inst: dict, comps: dict, warn: bool = True) -> int:
                     consts.append(int(mm.group(1)))
     if consts:
         return max(consts)
-    if warn:
+    if warn and default is not None:
         warnings.warn(f"while {inst['name']}: no trip count found; counting its body once")
-    return 1
+    return default
 
 
 def _operand_dims(text: str, symbols: dict) -> list[int]:
