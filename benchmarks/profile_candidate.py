@@ -80,6 +80,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step  # noqa: E402
+from benchmarks.lib.cli import positive_int  # noqa: E402
 from benchmarks.lib.train_step import synthetic_batch  # noqa: E402
 from dreamer_parity.candidate import twohot  # noqa: E402
 from dreamer_parity.candidate.config import TWOHOT_INDEX, AgentConfig  # noqa: E402
@@ -266,13 +267,6 @@ def _print_by_source(hlo_text, by_name, count, n, top) -> list[dict]:
     return out
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    if not (text.isascii() and text.isdecimal()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
-
-
 def _config(a):
     """The profiled agent's config: ``--profile`` with ``--twohot-index`` and, where given,
     ``--head-rows``."""
@@ -384,7 +378,7 @@ def main(argv=None) -> int:
     ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
                     help="AgentConfig.twohot_index: how two-hot targets find their bins "
                          "(auto: table lookups on the CPU, the comparison elsewhere)")
-    ap.add_argument("--head-rows", type=_positive_int, default=None,
+    ap.add_argument("--head-rows", type=positive_int, default=None,
                     help="AgentConfig.head_rows: imagined rows per pass of the heads "
                          "(default: the profile's)")
     ap.add_argument("--out", default=None, metavar="DIR",

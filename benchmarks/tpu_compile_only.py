@@ -62,6 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))   # benchmarks.lib
 
+from benchmarks.lib.cli import positive_int  # noqa: E402  (standard library only)
 from benchmarks.lib.hlo_traffic import traffic  # noqa: E402  (standard library only)
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
 from dreamer_parity.candidate.config import TWOHOT_INDEX  # noqa: E402  (imports no jax)
@@ -392,12 +393,6 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _positive_int(text: str) -> int:
-    if not (text.isascii() and text.isdecimal()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
-
-
 def parser() -> argparse.ArgumentParser:
     """The command line (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -407,28 +402,28 @@ def parser() -> argparse.ArgumentParser:
                                                  "entry)")
     ap.add_argument("--append", action="store_true",
                     help="keep the entries of an existing --out (same seeds and batch: replaced)")
-    ap.add_argument("--seeds", type=_positive_int, nargs="+", required=True,
+    ap.add_argument("--seeds", type=positive_int, nargs="+", required=True,
                     help="seed counts to compile for")
     ap.add_argument("--seed-batch", type=resolve_seed_batch, nargs="+", default=[None],
                     metavar="all|auto|N", help="seed batches (default all: plain vmap)")
     ap.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
     ap.add_argument("--profile", default="full", choices=("full", "smoke"))
     ap.add_argument("--topology", default="v5e:1x1", help="compile-only TPU topology name")
-    ap.add_argument("--rows", type=_positive_int, default=24000,
+    ap.add_argument("--rows", type=positive_int, default=24000,
                     help="replay sized for these rows (a multiple of 16)")
-    ap.add_argument("--chunk-steps", type=_positive_int, default=4,
+    ap.add_argument("--chunk-steps", type=positive_int, default=4,
                     help="vector steps per chunk (4: accel_check's loop phase; a run takes "
                          "the largest divisor of eval_every / 16 up to 25)")
-    ap.add_argument("--eval-episodes", type=_positive_int, default=10)
+    ap.add_argument("--eval-episodes", type=positive_int, default=10)
     ap.add_argument("--precision", default="highest", choices=("default", "high", "highest"),
                     help="jax_default_matmul_precision (highest: the candidate's TPU runs)")
     ap.add_argument("--twohot-index", default="auto", choices=TWOHOT_INDEX,
                     help="AgentConfig.twohot_index (auto: what a run on the TPU uses, "
                          "compare)")
-    ap.add_argument("--head-rows", type=_positive_int, default=None,
+    ap.add_argument("--head-rows", type=positive_int, default=None,
                     help="AgentConfig.head_rows, imagined rows per pass of the heads (default: "
                          "the profile's; a speed setting: the same update up to float32 rounding)")
-    ap.add_argument("--hbm-bytes", type=_positive_int, default=V5E_HBM_BYTES,
+    ap.add_argument("--hbm-bytes", type=positive_int, default=V5E_HBM_BYTES,
                     help="the chip's memory (default: the lent v5e's 15.75 GiB)")
     ap.add_argument("--headroom", type=_fraction, default=HEADROOM,
                     help="fraction of the chip's memory kept free (default 0.10)")
