@@ -7,16 +7,17 @@
 # once per machine, into $HOME/dreamer-parity-deps (appended to PYTHONPATH, so that the jax a
 # package brings along never hides the machine's):
 #   - from that index, at requirements.lock's versions: flax, optax, matplotlib, six, pandas
-#     (and what they need);
+#     and flatbuffers (jax.export's serialization, which the candidate's program store uses),
+#     and what they need;
 #   - from the carried wheels in .accel-wheels/ (`make accel-wheels` here, `carry:
 #     [".accel-wheels"]`): gymnax, gymnasium, farama-notifications, seaborn and PyYAML (the
 #     index holds 6.0.3, the lock pins 6.0.4), without deps.
-# A marker named after requirements.lock's checksum skips the install on a warm machine (the
-# candidate's compilation cache and checkpoints live in $HOME too, under ~/.cache/dreamer-parity:
-# kept while the machine stays warm).  Returns non-zero, naming what failed, when an install fails.
+# A marker named after the checksum of requirements.lock and this file skips the install on a
+# warm machine (the candidate's compilation cache and checkpoints live in $HOME too, under
+# ~/.cache/dreamer-parity: kept while the machine stays warm).  Returns non-zero, naming what failed, when an install fails.
 
 _dp_deps="$HOME/dreamer-parity-deps"
-_dp_mark="$_dp_deps/.installed-$(cksum requirements.lock | cut -d' ' -f1)"
+_dp_mark="$_dp_deps/.installed-$(cat requirements.lock benchmarks/device_env.sh | cksum | cut -d' ' -f1)"
 _dp_pins() {  # NAME... -> NAME==VERSION from requirements.lock (case-insensitive)
   for n in "$@"; do
     grep -i -E "^${n}==" requirements.lock || { echo "device_env: requirements.lock pins no $n" >&2; return 1; }
@@ -27,7 +28,7 @@ if [ ! -f "$_dp_mark" ]; then
   mkdir -p "$_dp_deps"
   PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
       --disable-pip-version-check --no-compile --index-url file:///opt/pypi/simple \
-      --target "$_dp_deps" $(_dp_pins flax optax matplotlib six pandas) \
+      --target "$_dp_deps" $(_dp_pins flax optax matplotlib six pandas flatbuffers) \
     || { echo "device_env: install from the machine's index failed" >&2; return 1; }
   ls .accel-wheels/*.whl >/dev/null 2>&1 \
     || { echo "device_env: no .accel-wheels/*.whl: run 'make accel-wheels' here and carry [\".accel-wheels\"]" >&2; return 1; }

@@ -275,3 +275,21 @@ def test_the_tree_a_device_call_sends_stays_under_its_limit():
         pytest.skip("not a git checkout")
     assert sent > (REPO / "requirements.lock").stat().st_size + SCRIPT.stat().st_size
     assert sent + 2**20 < 64 * 2**20, f"{sent / 2**20:.1f} MiB would travel"
+
+
+def test_device_env_installs_what_the_program_store_needs_at_the_lock_s_versions():
+    # the candidate's program store serialises with jax.export, which imports flatbuffers; the
+    # TPU machine has only jax, jaxlib and numpy, so benchmarks/device_env.sh must install it
+    import re
+    script = (REPO / "benchmarks" / "device_env.sh").read_text()
+    lists = re.findall(r"\$\(_dp_pins ([a-z0-9 _-]+)\)", script)
+    assert len(lists) == 1, lists
+    names = lists[0].split()
+    assert "flatbuffers" in names and "optax" in names and "flax" in names
+    pins = {n.lower(): v for n, v in provenance.read_pins(REPO / "requirements.lock").items()}
+    assert all(n in pins for n in names), [n for n in names if n not in pins]
+    # what each name resolves to in the shell function, checked by running it
+    r = subprocess.run(["bash", "-c", script.split("if [ ! -f")[0] + "\n_dp_pins " + " ".join(names)],
+                       cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [f"{n}=={pins[n]}" for n in names]
