@@ -516,12 +516,20 @@ def test_a_list_form_source_is_checked_against_its_sides_own_seeds(source, expec
 
 def test_kept_rounds_params_validate_with_each_side_the_rounds_seeds():
     """Every kept round's params.yaml (docs/rounds/index.yaml, at its own commit) validates
-    as tests/test_kept_runs.py reads it, each side with the round's seeds as before."""
+    as tests/test_kept_runs.py reads it: the reference side has the round's seeds, and so
+    has the candidate side unless ``candidate.seeds`` names its own list (then that list)."""
     from dreamer_parity import rounds
+    own_lists = {}
     for name, entry in rounds.load_index(REPO).items():
         text = subprocess.run(["git", "show", f"{entry['commit']}:params.yaml"], cwd=REPO,
                               capture_output=True, text=True, check=True).stdout
         raw = yaml.safe_load(text)
-        assert "seeds" not in (raw.get("candidate") or {}), name
+        listed = (raw.get("candidate") or {}).get("seeds")
         p = validate(raw, where=f"{entry['commit'][:7]}:params.yaml")
-        assert P.side_seeds(p, "candidate") == P.side_seeds(p, "reference") == p["seeds"], name
+        assert P.side_seeds(p, "reference") == p["seeds"], name
+        assert P.side_seeds(p, "candidate") == (p["seeds"] if listed is None
+                                                 else sorted(listed)), name
+        if listed is not None:
+            own_lists[name] = (P.side_seeds(p, "candidate"), p["seeds"])
+    # part B of the reference's platform check is the kept round with a side list of its own
+    assert own_lists.get("round3-ref-tpu-windows") == (list(range(10)), [5, 6, 7, 8, 9])
