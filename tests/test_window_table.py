@@ -1,0 +1,45 @@
+"""The side-by-side window table (src/dreamer_parity/analysis/window_table.py)."""
+
+import pytest
+
+from dreamer_parity.analysis import window_table as wt
+
+REF_S5 = "data/runs/round3-10seeds-reference/s5"
+TPU_S5 = "data/runs/round3-ref-tpu/s5"
+
+
+def test_table_lines_up_rows_and_marks_what_a_run_lacks():
+    a = [{"rows": 400, "updates": 0, "train": {}},
+         {"rows": 800, "updates": 81, "train": {"val/std": 0.000135549, "rew/min": 0.0}}]
+    b = [{"rows": 800, "updates": 81, "train": {"val/std": 0.0087131, "rew/min": float("nan")}}]
+    out = wt.table([("a", a), ("b", b)], ["val/std", "rew/min"]).splitlines()
+    assert out[0] == ("| rows | updates a | val/std a | rew/min a | updates b | val/std b "
+                      "| rew/min b |")
+    assert out[2] == "| 400 | 0 | - | - | - | - | - |"
+    assert out[3] == "| 800 | 81 | 0.00013555 | 0 | 81 | 0.0087131 | - |"
+    with pytest.raises(ValueError, match=r"no run has a record at rows \[1200\]"):
+        wt.table([("a", a)], ["val/std"], rows=[800, 1200])
+    with pytest.raises(ValueError, match="at least one run"):
+        wt.table([], ["val/std"])
+
+
+def test_cli_on_kept_runs_prints_their_window_values(capsys):
+    # the first window after the first update (81 updates at 1,200 rows) of seed 5 on the
+    # CPU and on the TPU: the values docs/DEVIATIONS.md quotes
+    assert wt.main([f"cpu={REF_S5}", f"tpu={TPU_S5}", "--rows", "1200", "2000",
+                    "--metrics", "val/std", "rew/min"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| 1200 | 81 | 0.00013555 | 0 | 81 | 0.0087131 | -0.48453 |"
+    assert lines[3] == "| 2000 | 481 | 0.0038466 | 0 | 481 | 0.12833 | -4.6074 |"
+
+
+def test_cli_refuses_bad_arguments_before_printing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        wt.main(["no-equals-sign"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        wt.main([f"x={REF_S5}", f"x={TPU_S5}"])
+    assert "labels must differ" in capsys.readouterr().err
+    assert wt.main([f"ok={REF_S5}", f"empty={tmp_path}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: empty: ")
