@@ -39,7 +39,9 @@ in one command, with the call carrying ``[".tpu-ref"]``:
    ``episodes.jsonl``, ``run.json``, ``timing.json`` and ``DONE.json``; no ``params.npz``),
    written under a temporary name and renamed when complete: a call cut before that leaves
    no archive, and an unfinished run never has a ``DONE.json``.  ``$OUT/NAME.log`` holds
-   this script's output in every case.
+   this script's output in every case;
+5. with ``--with-params``, also ``$OUT/NAME.params.npz``, the finished run's final
+   parameters (:func:`copy_params`), for a diagnosis of the weights only.
 
 Back here: ``python -m dreamer_parity.keep NAME.tar.gz data/runs/<name> --params
 params.yaml`` (docs/REFERENCE_RUN.md).
@@ -54,6 +56,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -189,6 +192,23 @@ def archive_run(run_dir, out_dir, name: str) -> Path | None:
         return None
 
 
+def copy_params(run_dir, out_dir, name: str) -> Path:
+    """``out_dir/name.params.npz``: the final parameters of a finished run (``params.npz``,
+    which the archive leaves out), for a diagnosis of the weights (e.g.
+    ``benchmarks/twohot_mirror.py``), never for keeping.  Written under a temporary name
+    and renamed when complete.
+
+    Raises:
+      FileNotFoundError: the run left no ``params.npz``.
+    """
+    src = Path(run_dir) / "params.npz"
+    target = Path(out_dir) / f"{name}.params.npz"
+    tmp = target.with_name(target.name + ".part")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, target)
+    return target
+
+
 class _Log:
     """Lines to stdout and to ``path``."""
 
@@ -257,6 +277,9 @@ def main(argv=None) -> int:
                     help="the reference's interpreter (default this one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change a parameter (e.g. reference.platform=cpu, profile=smoke)")
+    ap.add_argument("--with-params", action="store_true",
+                    help="also bring back the finished run's final parameters as "
+                         "NAME.params.npz (7 MiB at the full profile; for diagnoses only)")
     a = ap.parse_args(argv)
     if a.prepare:
         try:
@@ -336,6 +359,13 @@ def main(argv=None) -> int:
         pass
     log(f"[device] archived {target.name} ({target.stat().st_size / 2**10:.0f} KiB) "
         f"in {time.time() - t0:.1f} s")
+    if a.with_params:
+        try:
+            got = copy_params(run_dir, out_dir, a.name)
+        except OSError as e:
+            log(f"[device] error: --with-params: {e}")
+            return 1
+        log(f"[device] final parameters {got.name} ({got.stat().st_size / 2**20:.1f} MiB)")
     return 0
 
 

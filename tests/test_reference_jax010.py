@@ -94,6 +94,19 @@ def test_only_a_finished_run_is_archived_and_under_its_final_name_only_when_comp
     assert sorted(p.name for p in out.iterdir()) == ["t-s3.tar.gz"]
 
 
+def test_final_parameters_come_back_under_their_final_name_only(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    run = _finished_run(tmp_path / "ok")
+    target = dev.copy_params(run, out, "probe")
+    assert target == out / "probe.params.npz" and target.read_bytes() == b"x"
+    assert sorted(p.name for p in out.iterdir()) == ["probe.params.npz"]
+    (run / "params.npz").unlink()
+    with pytest.raises(FileNotFoundError):
+        dev.copy_params(run, out, "gone")
+    assert sorted(p.name for p in out.iterdir()) == ["probe.params.npz"]
+
+
 def test_bad_arguments_are_one_line_before_anything(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--seed", "0", "--name", "a/b",
                         "--out-dir", str(tmp_path)], capture_output=True, text=True)
