@@ -1,11 +1,14 @@
 """The side-by-side window table (src/dreamer_parity/analysis/window_table.py)."""
 
+from pathlib import Path
+
 import pytest
 
 from dreamer_parity.analysis import window_table as wt
 
-REF_S5 = "data/runs/round3-10seeds-reference/s5"
-TPU_S5 = "data/runs/round3-ref-tpu/s5"
+REPO = Path(__file__).resolve().parents[1]
+REF_S5 = REPO / "data/runs/round3-10seeds-reference/s5"
+TPU_S5 = REPO / "data/runs/round3-ref-tpu/s5"
 
 
 def test_table_lines_up_rows_and_marks_what_a_run_lacks():
@@ -43,3 +46,17 @@ def test_cli_refuses_bad_arguments_before_printing(tmp_path, capsys):
     assert wt.main([f"ok={REF_S5}", f"empty={tmp_path}"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("error: empty: ")
+
+
+def test_the_candidate_on_the_tpu_decodes_rewards_exactly_as_deviations_t4_says(capsys):
+    # docs/DEVIATIONS.md T4: in every kept TPU candidate seed the window ending at 2,000 rows
+    # has rew/min 0 and rew/max 1 exactly and val/std in 0.0033-0.0048
+    runs = sorted((REPO / "data/runs/round3-tpu-candidate").glob("s*"))
+    assert len(runs) >= 16
+    assert wt.main([f"{d.name}={d}" for d in runs] + [
+        "--rows", "2000", "--metrics", "rew/min", "rew/max", "val/std"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].strip("| ").split(" | ")[1:]
+    cells = [row[i:i + 4] for i in range(0, len(row), 4)]      # updates, rew/min, max, std
+    assert len(cells) == len(runs)
+    assert all(c[0] == "481" and c[1] == "0" and c[2] == "1" for c in cells), cells
+    assert all(0.0033 <= float(c[3]) <= 0.0049 for c in cells), cells
