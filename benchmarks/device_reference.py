@@ -40,8 +40,8 @@ in one command, with the call carrying ``[".tpu-ref"]``:
    written under a temporary name and renamed when complete: a call cut before that leaves
    no archive, and an unfinished run never has a ``DONE.json``.  ``$OUT/NAME.log`` holds
    this script's output in every case;
-5. with ``--with-params``, also ``$OUT/NAME.params.npz``, the finished run's final
-   parameters (:func:`copy_params`), for a diagnosis of the weights only.
+5. with ``--with-heads``, also ``$OUT/NAME.heads.npz``, the two-hot heads' output layers
+   of the finished run's final parameters (:func:`save_heads`), for a diagnosis only.
 
 Back here: ``python -m dreamer_parity.keep NAME.tar.gz data/runs/<name> --params
 params.yaml`` (docs/REFERENCE_RUN.md).
@@ -56,7 +56,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -192,19 +191,31 @@ def archive_run(run_dir, out_dir, name: str) -> Path | None:
         return None
 
 
-def copy_params(run_dir, out_dir, name: str) -> Path:
-    """``out_dir/name.params.npz``: the final parameters of a finished run (``params.npz``,
-    which the archive leaves out), for a diagnosis of the weights (e.g.
-    ``benchmarks/twohot_mirror.py``), never for keeping.  Written under a temporary name
-    and renamed when complete.
+#: The two-hot heads' output layers in a reference ``params.npz`` (``--with-heads``).
+HEAD_KEYS = tuple(f"agent/{h}/dist/out/{p}" for h in ("rew", "critic", "slowcritic")
+                  for p in ("kernel", "bias"))
+
+
+def save_heads(run_dir, out_dir, name: str) -> Path:
+    """``out_dir/name.heads.npz``: the two-hot heads' output layers (:data:`HEAD_KEYS`) of a
+    finished run's final parameters (``params.npz``, which the archive leaves out; 0.4 MiB
+    of its 7 MiB at the full profile), for ``benchmarks/twohot_mirror.py``; never kept.
+    Written under a temporary name and renamed when complete.
 
     Raises:
       FileNotFoundError: the run left no ``params.npz``.
+      KeyError: a head's key is missing from it (naming the key).
     """
-    src = Path(run_dir) / "params.npz"
-    target = Path(out_dir) / f"{name}.params.npz"
+    import numpy as np
+    with np.load(Path(run_dir) / "params.npz") as d:
+        missing = [k for k in HEAD_KEYS if k not in d.files]
+        if missing:
+            raise KeyError(f"{run_dir}/params.npz: no {missing[0]}")
+        arrays = {k: d[k] for k in HEAD_KEYS}
+    target = Path(out_dir) / f"{name}.heads.npz"
     tmp = target.with_name(target.name + ".part")
-    shutil.copyfile(src, tmp)
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
     os.replace(tmp, target)
     return target
 
@@ -277,9 +288,9 @@ def main(argv=None) -> int:
                     help="the reference's interpreter (default this one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change a parameter (e.g. reference.platform=cpu, profile=smoke)")
-    ap.add_argument("--with-params", action="store_true",
-                    help="also bring back the finished run's final parameters as "
-                         "NAME.params.npz (7 MiB at the full profile; for diagnoses only)")
+    ap.add_argument("--with-heads", action="store_true",
+                    help="also bring back the two-hot heads' output layers of the final "
+                         "parameters as NAME.heads.npz (for benchmarks/twohot_mirror.py)")
     a = ap.parse_args(argv)
     if a.prepare:
         try:
@@ -359,13 +370,13 @@ def main(argv=None) -> int:
         pass
     log(f"[device] archived {target.name} ({target.stat().st_size / 2**10:.0f} KiB) "
         f"in {time.time() - t0:.1f} s")
-    if a.with_params:
+    if a.with_heads:
         try:
-            got = copy_params(run_dir, out_dir, a.name)
-        except OSError as e:
-            log(f"[device] error: --with-params: {e}")
+            got = save_heads(run_dir, out_dir, a.name)
+        except (OSError, KeyError, ValueError) as e:
+            log(f"[device] error: --with-heads: {e}")
             return 1
-        log(f"[device] final parameters {got.name} ({got.stat().st_size / 2**20:.1f} MiB)")
+        log(f"[device] two-hot heads {got.name} ({got.stat().st_size / 2**10:.0f} KiB)")
     return 0
 
 

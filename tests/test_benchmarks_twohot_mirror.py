@@ -63,3 +63,12 @@ def test_heads_and_cli_read_a_reference_params_file(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and "no agent/slowcritic/dist/out/bias" in captured.err
     assert tm.main(["nolabel"]) == 2
+
+
+def test_the_kept_cpu_run_keeps_its_outer_mirror_pairs(capsys):
+    # the figures docs/REFERENCE_RUN.md and DEVIATIONS T4 quote: seed 5, jax 0.10.2 on
+    # XLA:CPU, 681 updates (benchmarks/results/2026-12-06-reference-cpu-jax010-s5-2400)
+    path = REPO / "benchmarks/results/2026-12-06-reference-cpu-jax010-s5-2400/heads.npz"
+    hs = tm.heads(path)
+    assert {h: (m["equal"], m["outermost_unequal"]) for h, m in hs.items()} == {
+        "rew": (125, 122), "critic": (108, 108), "slowcritic": (108, 108)}

@@ -94,17 +94,27 @@ def test_only_a_finished_run_is_archived_and_under_its_final_name_only_when_comp
     assert sorted(p.name for p in out.iterdir()) == ["t-s3.tar.gz"]
 
 
-def test_final_parameters_come_back_under_their_final_name_only(tmp_path):
+def test_the_heads_output_layers_come_back_under_their_final_name_only(tmp_path):
+    import numpy as np
     out = tmp_path / "out"
     out.mkdir()
     run = _finished_run(tmp_path / "ok")
-    target = dev.copy_params(run, out, "probe")
-    assert target == out / "probe.params.npz" and target.read_bytes() == b"x"
-    assert sorted(p.name for p in out.iterdir()) == ["probe.params.npz"]
+    arrays = {k: np.full((2, 3), i, np.float32) for i, k in enumerate(dev.HEAD_KEYS)}
+    np.savez(run / "params.npz", **arrays, **{"agent/enc/kernel": np.zeros(5, np.float32)})
+    target = dev.save_heads(run, out, "probe")
+    assert target == out / "probe.heads.npz"
+    assert sorted(p.name for p in out.iterdir()) == ["probe.heads.npz"]
+    with np.load(target) as d:               # the heads only, values as saved
+        assert sorted(d.files) == sorted(dev.HEAD_KEYS)
+        assert all(np.array_equal(d[k], arrays[k]) for k in dev.HEAD_KEYS)
+    np.savez(run / "params.npz", **{k: v for k, v in arrays.items()
+                                    if k != "agent/critic/dist/out/bias"})
+    with pytest.raises(KeyError, match="no agent/critic/dist/out/bias"):
+        dev.save_heads(run, out, "partial")
     (run / "params.npz").unlink()
     with pytest.raises(FileNotFoundError):
-        dev.copy_params(run, out, "gone")
-    assert sorted(p.name for p in out.iterdir()) == ["probe.params.npz"]
+        dev.save_heads(run, out, "gone")
+    assert sorted(p.name for p in out.iterdir()) == ["probe.heads.npz"]
 
 
 def test_bad_arguments_are_one_line_before_anything(tmp_path):
