@@ -136,3 +136,25 @@ def test_a_directory_of_runs_is_named_as_such(tmp_path, run):
                                              r"directory, e\.g\. .*made/s3"):
         keep.keep(run.parent, tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("replaced, kept", [
+    (["dreamerv3.jaxutils.TwoHotDist.mean", "embodied.replay.selectors.Uniform.__init__"], True),
+    ([], True),
+    (["dreamerv3.jaxutils.TwoHotDist.mean", "dreamerv3.jaxutils.TwoHotDist.__init__"], False),
+])
+def test_a_diagnostic_run_is_never_kept(tmp_path, run, replaced, kept):
+    """A run that replaced a reference function no protocol patch replaces (the mirror
+    probe's TwoHotDist.__init__) is refused with the name; the protocol's own are kept."""
+    info = json.loads((run / "run.json").read_text())
+    info["patches"] = {"decode": "exact", "sampler": "per_run", "replaced": replaced}
+    (run / "run.json").write_text(json.dumps(info))
+    records.write_done(run, "ok")   # the marker names the run.json it closes
+    dest = tmp_path / "runs"
+    if kept:
+        assert keep.keep(run, dest, PARAMS)[1]
+        return
+    with pytest.raises(keep.KeepError, match=r"run\.json: patches\.replaced names "
+                       r"'dreamerv3\.jaxutils\.TwoHotDist\.__init__'.*diagnostic run"):
+        keep.keep(run, dest, PARAMS)
+    assert not dest.exists()

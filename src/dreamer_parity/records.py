@@ -92,6 +92,7 @@ import zlib
 from pathlib import Path
 
 from dreamer_parity import environment
+from dreamer_parity.params import PATCH_TARGETS
 
 __all__ = [
     "RecordError", "RECORD_FIELDS", "EPISODE_FIELDS", "SIDES", "run_dir",
@@ -880,6 +881,10 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
       record of ``records.jsonl`` has that side, and ``run.json`` ``seed`` (when
       recorded) is the directory's;
     * ``DONE.json`` names this run (:func:`done_agrees`), or is a legacy marker;
+    * every function ``run.json`` says the run replaced (``patches.replaced``, when
+      recorded) is a protocol patch's (:data:`dreamer_parity.params.PATCH_TARGETS`): a
+      diagnostic run (:mod:`dreamer_parity.reference.probe_runner`) is never taken for a
+      protocol run;
     * with ``params``: no protocol parameter recorded in ``run.json`` differs from the
       round's (:func:`protocol_disagreements`; parameters recorded nowhere are the
       analysis's config check, a FAIL), and a ``DONE.json`` that says ``failed`` is not
@@ -919,6 +924,13 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
         raise RecordError(f"{run_path}: side {str(info.get('side', made_by))[:40]!r}, but "
                           f"records.jsonl holds records of side {str(other[0])[:40]!r}: the "
                           f"run's files disagree about who made it")
+    replaced = info.get("patches", {}).get("replaced", []) \
+        if isinstance(info.get("patches"), dict) else []
+    foreign = [str(n) for n in (replaced if isinstance(replaced, list) else [replaced])
+               if n not in PATCH_TARGETS.values()]
+    if foreign:
+        raise RecordError(f"{run_path}: patches.replaced names {foreign[0][:60]!r}, which no "
+                          f"protocol patch replaces: a diagnostic run, not a protocol run")
     legacy = not done_agrees(directory, done, made_by, seed)
     if params is None:
         return legacy

@@ -53,7 +53,10 @@ from dreamer_parity.reference import runner
 from dreamer_parity.reference import setup as ref_setup
 
 __all__ = ["LaunchError", "parse_seed", "prepare_out_dir", "runner_command", "main",
-           "RUN_FILES"]
+           "RUN_FILES", "RUNNER"]
+
+#: The module a protocol run executes in the reference venv.
+RUNNER = "dreamer_parity.reference.runner"
 
 #: Names a run directory may hold (anything else makes an incomplete directory suspect).
 RUN_FILES = {"logdir", "run.json", "records.jsonl", "episodes.jsonl", "timing.json",
@@ -120,7 +123,8 @@ def prepare_out_dir(out, log=print) -> str:
     return "removed"
 
 
-def runner_command(info: dict, seed: int, out: Path, p: dict) -> tuple[list[str], dict]:
+def runner_command(info: dict, seed: int, out: Path, p: dict,
+                   module: str = RUNNER) -> tuple[list[str], dict]:
     """The runner's argv and environment for one seed.
 
     Args:
@@ -128,6 +132,8 @@ def runner_command(info: dict, seed: int, out: Path, p: dict) -> tuple[list[str]
       seed: run seed.
       out: absolute output directory.
       p: validated params.
+      module: the module run with ``-m``: the runner, or a diagnostic wrapper of it that
+        takes the same arguments (:mod:`dreamer_parity.reference.probe_runner`).
 
     Returns:
       ``(argv, env)``.
@@ -147,7 +153,7 @@ def runner_command(info: dict, seed: int, out: Path, p: dict) -> tuple[list[str]
         "JAX_COMPILATION_CACHE_DIR": str(info["jaxcache"]),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     })
-    argv = [str(info["python"]), "-m", "dreamer_parity.reference.runner", "--json",
+    argv = [str(info["python"]), "-m", module, "--json",
             json.dumps(args)]
     return argv, env
 
@@ -184,13 +190,16 @@ def main(argv=None) -> int:
     return launch(p, seed, a.out, a.root)
 
 
-def launch(p: dict, seed: int, out_dir, root=None) -> int:
+def launch(p: dict, seed: int, out_dir, root=None, module: str = RUNNER) -> int:
     """Run one reference seed of validated params ``p`` into ``out_dir``.
 
     Checks the output directory (a completed run is refused), the reference set-up under
     ``root`` (default: as ``python -m dreamer_parity.reference.setup``) and the reference
     venv's package pins, then runs the runner in the reference venv.  Which seeds run here
     is the pipeline's decision (:func:`dreamer_parity.sides.runs_here`), not this one's.
+
+    ``module`` is the runner module (:func:`runner_command`); the pipeline always runs the
+    runner itself.
 
     Returns:
       The runner's exit status; 2 (one line on stderr) when a check refuses.
@@ -219,7 +228,7 @@ def launch(p: dict, seed: int, out_dir, root=None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     info["jaxcache"].mkdir(parents=True, exist_ok=True)
-    cmd, env = runner_command(info, seed, out, p)
+    cmd, env = runner_command(info, seed, out, p, module)
     env.pop(provenance.CHECKED_ENV, None)
     env.pop(provenance.VERSION_SET_ENV, None)
     if pins["checked"]:

@@ -28,7 +28,8 @@ function (reference venv only; nothing here is applied unless asked for).
 
 from __future__ import annotations
 
-from dreamer_parity.params import DECODES, SAMPLERS  # the one definition of the values
+# the one definition of the values and of what each patch replaces
+from dreamer_parity.params import DECODES, PATCH_TARGETS, SAMPLERS
 
 __all__ = ["DECODES", "SAMPLERS", "SAMPLER_SALT", "exact_mean", "apply", "restore"]
 
@@ -104,13 +105,13 @@ def apply(decode: str = "ref", sampler: str = "stock", seed: int = 0) -> list[st
 
         _ORIGINALS["decode"] = jaxutils.TwoHotDist.mean
         jaxutils.TwoHotDist.mean = exact_mean
-        replaced.append("dreamerv3.jaxutils.TwoHotDist.mean")
+        replaced.append(PATCH_TARGETS[("decode", "exact")])
     if sampler == "per_run":
         from embodied.replay import selectors
 
         _ORIGINALS["sampler"] = selectors.Uniform.__init__
         selectors.Uniform.__init__ = _per_run_uniform_init(_ORIGINALS["sampler"], seed)
-        replaced.append("embodied.replay.selectors.Uniform.__init__")
+        replaced.append(PATCH_TARGETS[("sampler", "per_run")])
     return replaced
 
 

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""One reference seed with its two-hot heads' mirror logits one ulp apart (a diagnosis).
+
+    python benchmarks/reference_mirror_probe.py --params P --seed S --out DIR [--set KEY=VALUE ...]
+
+Runs seed ``S`` of the params in ``P`` (changed by ``--set`` as ``dvc exp run -S`` would)
+as the pipeline's reference stage does (:func:`dreamer_parity.reference.launch.launch`:
+the same set-up checks, venv, shims, compilation cache and runner arguments), but through
+:mod:`dreamer_parity.reference.probe_runner`: the reward head's, the critic's and the slow
+critic's logits of the upper half of the bins are each moved by one unit in the last place
+of float32 in the forward pass (gradients unchanged) before the reference builds its
+``TwoHotDist``.  Everything else is the reference's, unmodified, with the protocol patches
+of ``reference.decode`` and ``reference.sampler``.
+
+It asks whether last-bit differences between mirror logits, which two matrix products
+summed in different orders leave, are enough to make the ``exact`` expectation as noisy as
+the TPU runs' (docs/DEVIATIONS.md, T4): read the run beside the CPU and TPU runs with
+``python -m dreamer_parity.analysis.window_table``.
+
+Writes the run into ``DIR`` (as the runner: ``records.jsonl``, ``episodes.jsonl``,
+``run.json`` whose ``patches.replaced`` names the probe, ``timing.json``, ``DONE.json``,
+``params.npz``), then ``DIR/probe.heads.npz``, the heads' output layers of the final
+parameters (``benchmarks/device_reference.py``'s ``save_heads``), for
+``benchmarks/twohot_mirror.py``.  A probe run is never a protocol run: every round and
+``python -m dreamer_parity.keep`` refuse it (:func:`dreamer_parity.records.check_run_agrees`).
+
+Exit status: the runner's (0 ok, 1 the run failed); 2 bad input or a set-up failure (one
+line), nothing run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO))   # benchmarks.device_reference
+
+from dreamer_parity import keep, records  # noqa: E402  (standard library only)
+from dreamer_parity.reference import launch  # noqa: E402
+
+#: The runner module the probe runs in the reference venv.
+MODULE = "dreamer_parity.reference.probe_runner"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="benchmarks/reference_mirror_probe.py",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", required=True, help="a round's params file")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change one parameter (repeatable)")
+    ap.add_argument("--seed", required=True, help="the seed, a non-negative integer")
+    ap.add_argument("--out", required=True, help="a new directory for the run")
+    ap.add_argument("--root", default=None, help="reference set-up root (default as "
+                                                 "`python -m dreamer_parity.reference.setup`)")
+    a = ap.parse_args(argv)
+    try:
+        p = keep.load_params(a.params, a.set)
+        seed = launch.parse_seed(a.seed)
+    except (keep.KeepError, launch.LaunchError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    code = launch.launch(p, seed, a.out, a.root, module=MODULE)
+    if code != 0:
+        return code
+    from benchmarks.device_reference import save_heads
+    out = Path(a.out)
+    heads = save_heads(out, out, "probe")
+    status = records.read_done(out)["status"]
+    print(f"reference mirror probe: seed {seed} {status}; heads in {heads}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
