@@ -60,3 +60,16 @@ def test_without_libtpu_it_refuses_in_one_line(tmp_path):
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("error: the libtpu package"), r.stderr
     assert r.stderr.count("\n") == 1 and not (tmp_path / "o.json").exists()
+
+
+def test_the_kept_figures_have_no_fused_multiply_add():
+    # docs/DEVIATIONS.md T4 and REFERENCE_RUN.md quote benchmarks/results/2026-12-07-tpu-vector-ops.json
+    import json
+    doc = json.loads((REPO / "benchmarks/results/2026-12-07-tpu-vector-ops.json").read_text())
+    assert doc["schema"] == ops.SCHEMA and doc["libtpu"] == "0.0.42.1"
+    got = {r["program"]: r for r in doc["programs"]}
+    assert set(got) == {"a*b+c", "a*b-c*d", "exact_mean[1024,255]"}
+    assert got["a*b+c"]["float_ops"] == {"vadd.f32": 1, "vmul.f32": 1}
+    assert got["a*b-c*d"]["float_ops"] == {"vmul.f32": 2, "vsub.f32": 1}
+    assert all(r["fused_multiply_adds"] == {} for r in doc["programs"])
+    assert got["exact_mean[1024,255]"]["device_kind"] == "TPU v5 lite"
