@@ -50,7 +50,7 @@ __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOK
            "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
            "MAX_PATH_CHARS", "parse_yaml", "strict_yaml", "YamlRefusal", "RESERVED_ROUNDS",
            "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED", "REFERENCE_JAX", "PLATFORMS",
-           "PRECISIONS", "side_seeds", "SIDES", "PATCH_TARGETS"]
+           "PRECISIONS", "side_seeds", "SIDES"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -59,11 +59,6 @@ NUM_ENVS = 16
 DECODES = ("exact", "ref")
 #: The reference replay's uniform selector seeding: ``stock`` (seed 0) | ``per_run``.
 SAMPLERS = ("stock", "per_run")
-#: The reference function each protocol patch replaces, by (parameter, value)
-#: (:mod:`dreamer_parity.reference.patches`; recorded in a run's ``run.json`` as
-#: ``patches.replaced``).  A run that replaced anything else is a diagnostic run.
-PATCH_TARGETS = {("decode", "exact"): "dreamerv3.jaxutils.TwoHotDist.mean",
-                 ("sampler", "per_run"): "embodied.replay.selectors.Uniform.__init__"}
 #: The jax version of the reference's environment (``reference.jax``): ``0.4.26`` (its own
 #: venv from requirements-reference.lock, the default) | ``0.10.2`` (the venv from
 #: requirements-reference-jax010.lock, with the outside shims of ``reference/shims.py``).

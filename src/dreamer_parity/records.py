@@ -92,10 +92,9 @@ import zlib
 from pathlib import Path
 
 from dreamer_parity import environment
-from dreamer_parity.params import PATCH_TARGETS
 
 __all__ = [
-    "RecordError", "RECORD_FIELDS", "EPISODE_FIELDS", "SIDES", "run_dir",
+    "RecordError", "RECORD_FIELDS", "EPISODE_FIELDS", "SIDES", "run_dir", "PATCH_TARGETS",
     "write_json", "write_jsonl", "read_json", "read_records", "read_episodes",
     "read_done", "write_done", "read_run", "clean_json", "DONE", "loads_finite",
     "mean_matches", "MEAN_RTOL", "MAX_INT", "read_run_info", "read_lines", "read_text",
@@ -450,6 +449,13 @@ def write_jsonl(path, rows) -> None:
     lines = [json.dumps(clean_json(r), sort_keys=True, allow_nan=False) for r in rows]
     write_text(Path(path), "".join(line + "\n" for line in lines))
 
+
+#: The reference function each protocol patch replaces, by (parameter, value)
+#: (:mod:`dreamer_parity.reference.patches`; recorded in a run's ``run.json`` as
+#: ``patches.replaced``).  A run that replaced anything else is a diagnostic run
+#: (:func:`check_run_agrees` refuses it).
+PATCH_TARGETS = {("decode", "exact"): "dreamerv3.jaxutils.TwoHotDist.mean",
+                 ("sampler", "per_run"): "embodied.replay.selectors.Uniform.__init__"}
 
 #: Keys of ``DONE.json`` that name the run it closes (all present, or none: legacy).
 DONE_RUN_KEYS = ("side", "seed", "run_sha256")
@@ -882,7 +888,7 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
       recorded) is the directory's;
     * ``DONE.json`` names this run (:func:`done_agrees`), or is a legacy marker;
     * every function ``run.json`` says the run replaced (``patches.replaced``, when
-      recorded) is a protocol patch's (:data:`dreamer_parity.params.PATCH_TARGETS`): a
+      recorded) is a protocol patch's (:data:`PATCH_TARGETS`): a
       diagnostic run (:mod:`dreamer_parity.reference.probe_runner`) is never taken for a
       protocol run;
     * with ``params``: no protocol parameter recorded in ``run.json`` differs from the

@@ -28,8 +28,8 @@ function (reference venv only; nothing here is applied unless asked for).
 
 from __future__ import annotations
 
-# the one definition of the values and of what each patch replaces
-from dreamer_parity.params import DECODES, PATCH_TARGETS, SAMPLERS
+from dreamer_parity.params import DECODES, SAMPLERS  # the one definition of the values
+from dreamer_parity.records import PATCH_TARGETS   # what each patch replaces, as run.json lists it
 
 __all__ = ["DECODES", "SAMPLERS", "SAMPLER_SALT", "exact_mean", "apply", "restore"]
 
