@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """One reference seed with its two-hot heads' mirror logits one ulp apart (a diagnosis).
 
-    python benchmarks/reference_mirror_probe.py --params P --seed S --out DIR [--set KEY=VALUE ...]
+    python benchmarks/reference_mirror_probe.py --params P --seed S --out DIR \
+        [--pass forward|gradient] [--set KEY=VALUE ...]
 
 Runs seed ``S`` of the params in ``P`` (changed by ``--set`` as ``dvc exp run -S`` would)
 as the pipeline's reference stage does (:func:`dreamer_parity.reference.launch.launch`:
 the same set-up checks, venv, shims, compilation cache and runner arguments), but through
 :mod:`dreamer_parity.reference.probe_runner`: the reward head's, the critic's and the slow
 critic's logits of the upper half of the bins are each moved by one unit in the last place
-of float32 in the forward pass (gradients unchanged) before the reference builds its
-``TwoHotDist``.  Everything else is the reference's, unmodified, with the protocol patches
-of ``reference.decode`` and ``reference.sampler``.
+of float32 before the reference builds its ``TwoHotDist``: in the forward pass (``--pass
+forward``, the default; gradients unchanged) or in the gradient reaching them (``--pass
+gradient``; values unchanged, so the heads' weights drift apart update by update).
+Everything else is the reference's, unmodified, with the protocol patches of
+``reference.decode`` and ``reference.sampler``.
 
 It asks whether last-bit differences between mirror logits, which two matrix products
 summed in different orders leave, are enough to make the ``exact`` expectation as noisy as
@@ -31,6 +34,7 @@ line), nothing run.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +43,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))   # benchmarks.device_reference
 
 from dreamer_parity import keep, records  # noqa: E402  (standard library only)
-from dreamer_parity.reference import launch  # noqa: E402
+from dreamer_parity.reference import launch, probe_runner  # noqa: E402  (imports no jax)
 
 #: The runner module the probe runs in the reference venv.
 MODULE = "dreamer_parity.reference.probe_runner"
@@ -54,6 +58,8 @@ def main(argv=None) -> int:
                     help="change one parameter (repeatable)")
     ap.add_argument("--seed", required=True, help="the seed, a non-negative integer")
     ap.add_argument("--out", required=True, help="a new directory for the run")
+    ap.add_argument("--pass", dest="where", choices=probe_runner.PASSES, default="forward",
+                    help="where the one-ulp difference goes (default forward)")
     ap.add_argument("--root", default=None, help="reference set-up root (default as "
                                                  "`python -m dreamer_parity.reference.setup`)")
     a = ap.parse_args(argv)
@@ -63,6 +69,7 @@ def main(argv=None) -> int:
     except (keep.KeepError, launch.LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    os.environ[probe_runner.ENV] = a.where    # the launcher passes the environment on
     code = launch.launch(p, seed, a.out, a.root, module=MODULE)
     if code != 0:
         return code
@@ -70,7 +77,8 @@ def main(argv=None) -> int:
     out = Path(a.out)
     heads = save_heads(out, out, "probe")
     status = records.read_done(out)["status"]
-    print(f"reference mirror probe: seed {seed} {status}; heads in {heads}", file=sys.stderr)
+    print(f"reference mirror probe ({a.where}): seed {seed} {status}; heads in {heads}",
+          file=sys.stderr)
     return 0
 
 

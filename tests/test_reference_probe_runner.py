@@ -38,13 +38,45 @@ def test_mirror_ulp_moves_the_upper_half_by_one_ulp_and_keeps_the_gradient():
     np.testing.assert_array_equal(np.asarray(g), np.broadcast_to(np.asarray(w), x.shape))
 
 
+def test_mirror_ulp_gradient_keeps_the_values_and_moves_the_upper_gradient_by_one_ulp():
+    x = np.random.default_rng(2).normal(size=(3, 255)).astype(np.float32)
+    y = np.asarray(jax.jit(probe_runner.mirror_ulp_gradient)(jnp.asarray(x)))
+    np.testing.assert_array_equal(y, x)
+    w = np.random.default_rng(3).normal(size=255).astype(np.float32)
+    g = np.asarray(jax.jit(jax.grad(
+        lambda l: (probe_runner.mirror_ulp_gradient(l) * jnp.asarray(w)).sum()))(jnp.asarray(x)))
+    want = np.broadcast_to(w, x.shape)
+    np.testing.assert_array_equal(g[:, :128], want[:, :128])
+    np.testing.assert_array_equal(g[:, 128:], (want[:, 128:].view(np.uint32) ^ np.uint32(1)
+                                               ).view(np.float32))
+
+
+@pytest.mark.parametrize("fn", [probe_runner.mirror_ulp, probe_runner.mirror_ulp_gradient])
 @pytest.mark.parametrize("logits, message", [
     (jnp.zeros((2, 256), jnp.float32), "odd number of bins, got 256"),
     (jnp.zeros((2, 255), jnp.bfloat16), "float32 logits, got bfloat16"),
 ])
-def test_mirror_ulp_refuses(logits, message):
+def test_mirror_ulp_refuses(fn, logits, message):
     with pytest.raises(ValueError, match=message):
-        probe_runner.mirror_ulp(logits)
+        fn(logits)
+
+
+def test_probe_names_and_an_unknown_pass():
+    assert probe_runner.probe_name("forward") == "dreamerv3.jaxutils.TwoHotDist.__init__"
+    assert probe_runner.probe_name("gradient") == "dreamerv3.jaxutils.TwoHotDist.__init__ (gradient)"
+    with pytest.raises(ValueError, match=r"\$DREAMER_PARITY_MIRROR_PROBE: unknown pass 'both'"):
+        probe_runner.install("both")          # refused before anything is imported or replaced
+
+
+def test_the_probe_runner_refuses_an_unknown_pass_before_running(monkeypatch, capsys):
+    monkeypatch.setenv(probe_runner.ENV, "sideways")
+    ran = []
+    monkeypatch.setattr(probe_runner.runner, "main", lambda argv=None: ran.append(argv))
+    with pytest.raises(SystemExit) as e:
+        probe_runner.main(["--seed", "0"])
+    assert e.value.code == 2 and not ran
+    assert capsys.readouterr().err == ("reference probe runner: error: $DREAMER_PARITY_MIRROR_PROBE: "
+                                       "unknown pass 'sideways'; expected one of ('forward', 'gradient')\n")
 
 
 def test_install_perturbs_odd_logits_only_and_is_recorded(monkeypatch):
@@ -63,6 +95,7 @@ def test_install_perturbs_odd_logits_only_and_is_recorded(monkeypatch):
     pkg.jaxutils = jaxutils
     monkeypatch.setitem(sys.modules, "dreamerv3", pkg)
     monkeypatch.setitem(sys.modules, "dreamerv3.jaxutils", jaxutils)
+    plain = TwoHotDist.__init__
     apply = probe_runner._apply_with_probe(lambda *a, **k: ["dreamerv3.jaxutils.TwoHotDist.mean"])
     assert apply("exact", "stock", 0) == ["dreamerv3.jaxutils.TwoHotDist.mean", probe_runner.PROBE]
     odd = jnp.full((2, 255), 1.5, jnp.float32)
@@ -74,6 +107,12 @@ def test_install_perturbs_odd_logits_only_and_is_recorded(monkeypatch):
     assert np.all(a[:, :128] == 1.5) and np.all(a[:, 128:] == np.nextafter(np.float32(1.5),
                                                                         np.float32(2)))
     np.testing.assert_array_equal(b, np.asarray(even))
+    # the gradient pass: values unchanged, its own name
+    TwoHotDist.__init__ = plain
+    seen.clear()
+    assert probe_runner.install("gradient") == probe_runner.PROBE + " (gradient)"
+    jaxutils.TwoHotDist(odd, None)
+    np.testing.assert_array_equal(seen[0][0], np.asarray(odd))
 
 
 def test_the_launcher_runs_the_module_it_is_given(tmp_path):
