@@ -74,10 +74,11 @@ def test_the_kept_cpu_run_keeps_its_outer_mirror_pairs(capsys):
         "rew": (125, 122), "critic": (108, 108), "slowcritic": (108, 108)}
 
 
-def test_the_one_ulp_probe_leaves_no_mirror_pair_equal():
-    # docs/REFERENCE_RUN.md: after 681 updates with the upper-half logits one ulp apart, no
-    # head keeps any of its 127 pairs (benchmarks/results/...-mirror-ulp/heads.npz)
-    path = REPO / "benchmarks/results/2026-12-07-reference-cpu-jax010-s5-2400-mirror-ulp/heads.npz"
+@pytest.mark.parametrize("probe", ["mirror-ulp", "mirror-ulp-gradient"])
+def test_the_one_ulp_probes_leave_no_mirror_pair_equal(probe):
+    # docs/REFERENCE_RUN.md: after 681 updates with the upper-half logits (or their gradient)
+    # one ulp apart, no head keeps any of its 127 pairs (benchmarks/results/...-PROBE/heads.npz)
+    path = REPO / f"benchmarks/results/2026-12-07-reference-cpu-jax010-s5-2400-{probe}/heads.npz"
     hs = tm.heads(path)
     assert {h: (m["equal"], m["outermost_unequal"]) for h, m in hs.items()} == {
         "rew": (0, 0), "critic": (0, 0), "slowcritic": (0, 0)}
