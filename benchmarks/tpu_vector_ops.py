@@ -69,6 +69,17 @@ def fused_multiply_adds(ops: Counter) -> dict:
     return {k: v for k, v in ops.items() if "fma" in k}
 
 
+def dump_ops(dump_dir: Path) -> tuple[Counter, int]:
+    """Vector opcodes over every final-bundle dump in ``dump_dir`` (each HLO instruction's
+    code and the program's own), counted; and the number of files read."""
+    total, n = Counter(), 0
+    for path in sorted(Path(dump_dir).iterdir()):
+        if path.name.endswith("-final_bundles.txt") and "schedule-analysis" not in path.name:
+            total += count_ops(path.read_text(errors="replace"))
+            n += 1
+    return total, n
+
+
 def program_ops(dump_dir: Path, files: set[str]) -> dict:
     """``{HLO instruction: Counter}`` of the final-bundle dumps named in ``files``."""
     out = {}

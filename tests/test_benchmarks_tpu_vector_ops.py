@@ -73,3 +73,16 @@ def test_the_kept_figures_have_no_fused_multiply_add():
     assert got["a*b-c*d"]["float_ops"] == {"vmul.f32": 2, "vsub.f32": 1}
     assert all(r["fused_multiply_adds"] == {} for r in doc["programs"])
     assert got["exact_mean[1024,255]"]["device_kind"] == "TPU v5 lite"
+
+
+def test_dump_ops_reads_every_final_bundle_dump_once(tmp_path):
+    names = {"1-fusion.1-01-final_bundles.txt": BUNDLES,
+             "1-fusion.1-00-schedule-analysis_final_bundles.txt": BUNDLES,
+             "1-TLP-01-final_bundles.txt": "{ %v1 = vsub.f32 %v2, %v3 }\n",
+             "1-fusion.1-02-original.txt": BUNDLES}
+    for n, t in names.items():
+        (tmp_path / n).write_text(t)
+    ops_, files = ops.dump_ops(tmp_path)
+    assert files == 2
+    assert ops_ == Counter({"vld": 2, "vsyncpa": 1, "vmul.f32": 1, "vadd.f32": 1,
+                            "vfma.f32": 1, "vsub.f32": 1})
