@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))   # benchmarks.device_reference
 
+from benchmarks.lib.cli import add_reference_seed_arguments  # noqa: E402
 from dreamer_parity import keep, records  # noqa: E402  (standard library only)
 from dreamer_parity.reference import launch, probe_runner  # noqa: E402  (imports no jax)
 
@@ -53,15 +54,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/reference_mirror_probe.py",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", required=True, help="a round's params file")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="change one parameter (repeatable)")
-    ap.add_argument("--seed", required=True, help="the seed, a non-negative integer")
-    ap.add_argument("--out", required=True, help="a new directory for the run")
+    add_reference_seed_arguments(ap, "a new directory for the run")
     ap.add_argument("--pass", dest="where", choices=probe_runner.PASSES, default="forward",
                     help="where the one-ulp difference goes (default forward)")
-    ap.add_argument("--root", default=None, help="reference set-up root (default as "
-                                                 "`python -m dreamer_parity.reference.setup`)")
     a = ap.parse_args(argv)
     try:
         p = keep.load_params(a.params, a.set)

@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))   # benchmarks.tpu_vector_ops
 
+from benchmarks.lib.cli import add_reference_seed_arguments  # noqa: E402
 from benchmarks.tpu_vector_ops import dump_ops, fused_multiply_adds  # noqa: E402
 from dreamer_parity import keep, provenance, records  # noqa: E402  (standard library only)
 from dreamer_parity.reference import compile_runner, launch  # noqa: E402  (imports no jax)
@@ -50,16 +51,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/reference_tpu_opcodes.py",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", required=True, help="a round's params file")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="change one parameter (repeatable)")
-    ap.add_argument("--seed", required=True, help="the seed, a non-negative integer")
-    ap.add_argument("--out", required=True, help="a new directory for the stopped run")
+    add_reference_seed_arguments(ap, "a new directory for the stopped run")
     ap.add_argument("--libtpu", required=True,
                     help="a folder holding the unpacked libtpu package (libtpu/__init__.py)")
     ap.add_argument("--json", default=None, help="write the figures as JSON here")
-    ap.add_argument("--root", default=None, help="reference set-up root (default as "
-                                                 "`python -m dreamer_parity.reference.setup`)")
     a = ap.parse_args(argv)
     try:
         p = keep.load_params(a.params, a.set)

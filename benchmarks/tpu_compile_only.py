@@ -281,6 +281,25 @@ def check_libtpu() -> str:
         return "unknown"
 
 
+def chip(topology: str):
+    """``(topology description, sharding on its first chip)`` of a compile-only TPU topology
+    (``jax.experimental.topologies.get_topology_desc``; imports jax).
+
+    Raises:
+      SizingError: the topology cannot be made (the message of jax's error, one line).
+    """
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    try:
+        topo = topologies.get_topology_desc(topology_name=topology, platform="tpu",
+                                            chips_per_host_bounds=(1, 1, 1))
+    except Exception as e:  # noqa: BLE001 - one line for the user
+        raise SizingError(f"no TPU topology {topology!r}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200] if str(e) else ''}") from e
+    return topo, NamedSharding(Mesh(topo.devices[:1], ("chip",)), PartitionSpec())
+
+
 class Compiler:
     """Compiles the loop programs of one agent configuration for a TPU topology.
 
@@ -303,25 +322,17 @@ class Compiler:
                  eval_episodes: int, precision: str, twohot_index: str = "compare", log=print,
                  head_rows: int | None = None):
         import jax
-        from jax.experimental import topologies
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         from dreamer_parity.candidate import agent
         from dreamer_parity.candidate.config import AgentConfig
 
         jax.config.update("jax_default_matmul_precision",
                           None if precision == "default" else precision)
-        try:
-            topo = topologies.get_topology_desc(topology_name=topology, platform="tpu",
-                                                chips_per_host_bounds=(1, 1, 1))
-        except Exception as e:  # noqa: BLE001 - one line for the user
-            raise SizingError(f"no TPU topology {topology!r}: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:200] if str(e) else ''}") from e
+        topo, self.sharding = chip(topology)
         self.jax, self.agent = jax, agent
         self.cfg = AgentConfig.for_profile(profile, twohot_index=twohot_index,
                                            **({} if head_rows is None else
                                               {"head_rows": head_rows}))
-        self.sharding = NamedSharding(Mesh(topo.devices[:1], ("chip",)), PartitionSpec())
         self.device_kind = topo.devices[0].device_kind
         self.capacity, self.chunk_steps = rows // NUM_ENVS, chunk_steps
         self.eval_episodes, self.log = eval_episodes, log

@@ -29,7 +29,6 @@ Exit status: 0; 2 when libtpu cannot be imported or the topology cannot be made 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -42,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))   # benchmarks.tpu_compile_only
 
-from benchmarks.tpu_compile_only import TPU_ENV, SizingError, check_libtpu  # noqa: E402
+from benchmarks.tpu_compile_only import TPU_ENV, SizingError, check_libtpu, chip  # noqa: E402
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
 
 SCHEMA = "tpu_vector_ops/1"
@@ -120,16 +119,8 @@ def measure(topology: str) -> list[dict]:
     os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "") +
                                       f" --xla_jf_dump_to={dump} --xla_jf_dump_llo_text=true")
     import jax
-    from jax.experimental import topologies
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    try:
-        topo = topologies.get_topology_desc(topology_name=topology, platform="tpu",
-                                            chips_per_host_bounds=(1, 1, 1))
-    except Exception as e:  # noqa: BLE001 - one line for the user
-        raise SizingError(f"no TPU topology {topology!r}: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:200] if str(e) else ''}") from e
-    sharding = NamedSharding(Mesh(topo.devices[:1], ("chip",)), PartitionSpec())
+    topo, sharding = chip(topology)
     rows = []
     for name, (fn, shapes, dtype) in _programs().items():
         before = set(os.listdir(dump))

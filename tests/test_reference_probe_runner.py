@@ -1,6 +1,5 @@
 """The mirror probe: its perturbation, its installation, its launch and its refusals."""
 
-import json
 import subprocess
 import sys
 import types

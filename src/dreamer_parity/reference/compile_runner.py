@@ -26,7 +26,6 @@ checkout).  Missing: exit 2 with one line, before anything runs.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import time
