@@ -474,7 +474,7 @@ def main(argv=None) -> int:
     invocations, old = [], []
     if a.append and out.exists():
         try:
-            invocations, old = previous(json.loads(out.read_text()), settings)
+            invocations, old = previous(records.read_json(out, out.name), settings)
         except (OSError, ValueError) as e:
             print(f"tpu_compile_only: error: --append {out.name}: {e}", file=sys.stderr)
             return 2

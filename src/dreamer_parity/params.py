@@ -156,7 +156,8 @@ SCHEMA: dict[str, Field] = {
                     "candidate's two-hot expectation: exact mirror difference | reference pair sum"),
     "profile": Field("str", "full", ("full", "smoke"), "network widths (PROFILES)"),
     "seeds": Field("int_list", [0, 1, 2],
-                   doc="the round's seeds, unique non-negative integers: the reference side's "
+                   doc="the round's seeds, unique non-negative integers written as integers "
+                       "(1, never 1.0, '1' or true): the reference side's "
                        "(a reference@<seed> stage each) and the candidate's unless "
                        "candidate.seeds names its own"),
     "rows": Field("int", 20000, doc="rows per env set (all 16 envs together)"),
@@ -182,7 +183,8 @@ SCHEMA: dict[str, Field] = {
                               doc="where the candidate side's runs come from: 'run', a "
                                   "directory of runs, or [{from, seeds}] (docs/SIDES.md)"),
     "candidate.seeds": Field("int_list_or_null", None,
-                             doc="the candidate side's own seeds, unique non-negative integers; "
+                             doc="the candidate side's own seeds, unique non-negative integers "
+                                 "written as integers; "
                                  "null: the round's seeds (docs/SIDES.md)"),
     "stats.s1_rows": Field("int_list", [16000, 18000, 20000],
                            doc="pre-registered S1 rows (evaluation points)"),

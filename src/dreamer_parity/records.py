@@ -70,9 +70,14 @@ symbolic link is followed, so a link to ``/dev/zero`` is a device), one inside t
 working directory (the repository root a stage runs in) that resolves outside it through
 a symbolic link, and one larger than the cap of its kind (:data:`MAX_BYTES`, by the name's
 suffix, :func:`file_kind`).  Text is UTF-8 (a byte that is not is named with its line and
-offset), JSON errors name ``file:line``, and every number read lies within
+offset), JSON errors name ``file:line``, an object naming a key twice is refused naming
+both lines (Python's json would keep the last silently), and every number read lies within
 ``+-MAX_MAGNITUDE`` (so that no sum, square or fourth power of what was read overflows).
 Every refusal is a :class:`RecordError` of one line naming the file.
+
+The argument checks of every command (:func:`check_target`, :func:`check_source`,
+:func:`check_range`, :class:`ArgumentParser`): a command checks its numbers, its inputs and
+its outputs before it reads or computes anything, and refuses in one line (exit 2).
 
 Evaluation returns and lengths and training-episode scores and lengths are checked
 against the environment's ranges (:mod:`dreamer_parity.environment`) by
@@ -1103,8 +1108,9 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
     if named and int(named.group(1)) != seed:
         raise RecordError(f"{run_path}: seed {seed}, but its directory is named "
                           f"{directory.name}: a run's directory names its own seed")
-    if "episodes" not in data:
-        data = {**data, "episodes": read_episodes(directory, require_done=False)}
+    if "episodes" not in data:      # a missing file is read_run's refusal, not this one's
+        data = {**data, "episodes": read_episodes(directory, require_done=False)
+                if jsonl_path(directory, "episodes.jsonl") is not None else []}
     for name, rows in (("records.jsonl", data["records"]), ("episodes.jsonl", data["episodes"])):
         bad = next((i for i, r in enumerate(rows, 1) if r.get("seed") != seed), None)
         if bad is not None:

@@ -312,7 +312,10 @@ def pin(root, name: str, path: str = INDEX) -> str:
         raise RoundsError(f"{name}: no commit in HEAD's history changed {SUMMARY} with "
                           f"params.yaml round {name}")
     p = Path(root) / path
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = records.read_text(p, path)      # the guarded reader, as load_index reads it
+    except records.RecordError as e:
+        raise RoundsError(str(e)) from None
     pat = re.compile(rf"(^{re.escape(name)}:\s*\n(?:[ \t]+.*\n|\s*\n|#.*\n)*?[ \t]+commit:\s*"
                      rf"[\'\"]?){old}", re.M)
     text, n = pat.subn(lambda m: m.group(1) + new, text, count=1)
