@@ -216,11 +216,14 @@ def unpack(archive, into) -> list[Path]:
         files = [m for m in _scan(archive) if m.isfile()]
         if not files:
             raise ArchiveError(f"{archive}: holds no run")
-        wanted = {m.name for m in files}
+        wanted = {m.name: m.size for m in files}    # the sizes checked, and no others
         with tarfile.open(archive, "r:gz") as tar:
             for m in tar:
                 if m.name not in wanted or not m.isfile():
                     continue
+                if m.size != wanted.pop(m.name):
+                    raise ArchiveError(f"{archive}: member {m.name[:80]!r} changed while it "
+                                       f"was read")
                 target = into / m.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 data = tar.extractfile(m).read(m.size + 1)
@@ -228,6 +231,8 @@ def unpack(archive, into) -> list[Path]:
                     raise ArchiveError(f"{archive}: member {m.name[:80]!r} is not the size "
                                        f"its header says")
                 target.write_bytes(data)
+                if not wanted:
+                    break
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         raise ArchiveError(f"{archive}: not a readable .tar.gz ({type(e).__name__}: "
                            f"{str(e)[:100]})") from None
