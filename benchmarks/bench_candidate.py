@@ -251,7 +251,9 @@ def _reference_s_per_update(a) -> tuple[float | None, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="full", choices=("full", "smoke"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 3])
@@ -275,6 +277,22 @@ def main(argv=None) -> int:
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cache", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        for s in a.seeds:
+            _records.check_range(s, "--seeds", 1, 1024)
+        _records.check_range(a.rows, "--rows", NUM_ENVS, 24_000)
+        _records.check_range(a.chunk_steps, "--chunk-steps", 1, 1000)
+        _records.check_range(a.timed_chunks, "--timed-chunks", 1, 1000)
+        _records.check_range(a.reference_updates, "--reference-updates", 1, 10_000)
+        if a.reference_s_per_update is not None:
+            _records.check_range(a.reference_s_per_update, "--reference-s-per-update",
+                                 1e-6, 3600.0)
+        if a.head_rows is not None:
+            _records.check_range(a.head_rows, "--head-rows", 1, 1_000_000)
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if a.rows % NUM_ENVS or a.rows < NUM_ENVS * (65 + a.chunk_steps * (2 + a.timed_chunks)):
         ap.error("--rows must be a multiple of 16 covering the gate and the timed chunks")
 

@@ -54,7 +54,9 @@ def _bench_agent(info, cache: Path, profile: str, updates: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="full", choices=("full", "smoke"))
     ap.add_argument("--updates", type=int, default=10)
@@ -63,6 +65,15 @@ def main(argv=None) -> int:
                     help="use the set-up's cache for the first measurement too")
     ap.add_argument("--root", default=None)
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        _records.check_range(a.updates, "--updates", 1, 10_000)
+        _records.check_range(a.loop_rows, "--loop-rows", 1056, 24_000)
+        if a.root is not None:
+            _records.check_source(a.root, "--root", "dir")
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if a.loop_rows % 16 or a.loop_rows <= 1040:
         ap.error("--loop-rows must be a multiple of 16 above the gate row 1040")
     try:

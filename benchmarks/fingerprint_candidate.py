@@ -125,7 +125,9 @@ def run_digests(params: dict, points: int, tmp: Path) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--params", default=str(REPO / "params.yaml"))
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
                     help="run these seeds instead of the params' (one seed: reproducible digests)")
@@ -133,6 +135,17 @@ def main(argv=None) -> int:
     ap.add_argument("--records", default=None,
                     help="results root of a finished run to compare the records with")
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        _records.check_source(a.params, "--params", "file")
+        _records.check_range(a.points, "--points", 1, 1500)
+        for s in a.seeds or []:
+            _records.check_range(s, "--seeds", 0, 2 ** 31 - 1)
+        if a.records is not None:
+            _records.check_source(a.records, "--records", "dir")
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if a.points < 1:
         ap.error("--points must be >= 1")
     params = paramslib.load(a.params)

@@ -98,7 +98,9 @@ def _run(cmd: list[str], what: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3, help="the candidate's vmapped seed count")
@@ -106,6 +108,16 @@ def main(argv=None) -> int:
                     help="passed to bench_candidate.py (8 updates per vector step, 3 steps a chunk)")
     ap.add_argument("--out", default=None, help="also write the RESULT JSON here")
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        _records.check_range(a.pairs, "--pairs", 1, 100)
+        _records.check_range(a.seeds, "--seeds", 1, 1024)
+        _records.check_range(a.timed_chunks, "--timed-chunks", 1, 1000)
+        if a.out is not None:
+            _records.check_target(a.out, "--out", "file", inside=False)
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if a.pairs < 1:
         ap.error("--pairs must be at least 1")
     if a.seeds < 1:

@@ -54,10 +54,20 @@ def floor_rate(precision: str, tflops: float = TPU_V5E_TFLOPS) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+", help="accel_check.json files")
     ap.add_argument("--out", required=True, help="the figure (.svg or .png)")
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        _records.check_target(a.out, "--out", "file", inside=False, suffixes=(".svg", ".png"))
+        for f in a.results:
+            _records.check_source(f, "results", "file")
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -65,8 +75,11 @@ def main(argv=None) -> int:
     ok, oom, precision, device, dates = [], [], "default", None, []
     for f in a.results:
         try:
-            res = json.loads(Path(f).read_text())
+            res = _records.read_json(f)       # the guarded reader
             p_ok, p_oom, precision = loop_points(res)
+        except _records.RecordError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         except (OSError, ValueError, KeyError) as e:
             print(f"error: {f}: not an accel_check result ({e})", file=sys.stderr)
             return 2

@@ -362,7 +362,9 @@ def _trace_loop(a):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="full", choices=("full", "smoke"))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--updates", type=int, default=3)
@@ -384,6 +386,20 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, metavar="DIR",
                     help="write profile.json and the trace (trace.json.gz) into DIR")
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        _records.check_range(a.seeds, "--seeds", 1, 1024)
+        _records.check_range(a.updates, "--updates", 1, 10_000)
+        _records.check_range(a.top, "--top", 1, 10_000)
+        _records.check_range(a.by_source, "--by-source", 0, 10_000)
+        _records.check_range(a.chunk_steps, "--chunk-steps", 1, 1000)
+        if a.out is not None:
+            _records.check_target(a.out, "--out", "dir", inside=False)
+        if a.dump_hlo is not None:
+            _records.check_target(a.dump_hlo, "--dump-hlo", "file", inside=False)
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     a.device = jax.default_backend() != "cpu"
     if not a.device and "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
         print("profile_candidate: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true "

@@ -51,7 +51,9 @@ MODULE = "dreamer_parity.reference.probe_runner"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/reference_mirror_probe.py",
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(prog="benchmarks/reference_mirror_probe.py",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_reference_seed_arguments(ap, "a new directory for the run")

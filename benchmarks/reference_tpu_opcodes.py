@@ -48,7 +48,9 @@ MODULE = "dreamer_parity.reference.compile_runner"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/reference_tpu_opcodes.py",
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(prog="benchmarks/reference_tpu_opcodes.py",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_reference_seed_arguments(ap, "a new directory for the stopped run")
@@ -56,6 +58,14 @@ def main(argv=None) -> int:
                     help="a folder holding the unpacked libtpu package (libtpu/__init__.py)")
     ap.add_argument("--json", default=None, help="write the figures as JSON here")
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        _records.check_source(a.libtpu, "--libtpu", "dir")
+        if a.json is not None:
+            _records.check_target(a.json, "--json", "file", inside=False)
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         p = keep.load_params(a.params, a.set)
         seed = launch.parse_seed(a.seed)

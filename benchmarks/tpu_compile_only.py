@@ -406,7 +406,9 @@ def _fraction(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     """The command line (module docstring)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="See the module docstring and docs/PERFORMANCE.md#tpu.")
     ap.add_argument("--out", required=True, help="the result JSON file (rewritten after every "
@@ -446,6 +448,17 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = parser()
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        _records.check_target(a.out, "--out", "file", inside=False)
+        for s in a.seeds:
+            _records.check_range(s, "--seeds", 1, 4096)
+        _records.check_range(a.rows, "--rows", NUM_ENVS, 1_000_000)
+        _records.check_range(a.chunk_steps, "--chunk-steps", 1, 1000)
+        _records.check_range(a.eval_episodes, "--eval-episodes", 1, 1000)
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if a.rows % NUM_ENVS:
         ap.error(f"--rows {a.rows} is not a multiple of {NUM_ENVS}")
     out = Path(a.out)
@@ -461,7 +474,7 @@ def main(argv=None) -> int:
     invocations, old = [], []
     if a.append and out.exists():
         try:
-            invocations, old = previous(json.loads(out.read_text()), settings)
+            invocations, old = previous(records.read_json(out, out.name), settings)
         except (OSError, ValueError) as e:
             print(f"tpu_compile_only: error: --append {out.name}: {e}", file=sys.stderr)
             return 2

@@ -147,11 +147,20 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/tpu_vector_ops.py", description=__doc__,
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(prog="benchmarks/tpu_vector_ops.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topology", default="v5e:1x1", help="compile-only TPU topology name")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     a = ap.parse_args(argv)
+    from dreamer_parity import records as _records
+    try:      # every argument before anything is computed (one line, exit 2)
+        if a.out is not None:
+            _records.check_target(a.out, "--out", "file", inside=False)
+    except _records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for k, v in TPU_ENV.items():
         os.environ.setdefault(k, v)
     try:

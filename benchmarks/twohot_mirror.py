@@ -23,6 +23,7 @@ Exit status 2 on a file that is neither (naming it and the missing key).
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
 import numpy as np
@@ -68,14 +69,23 @@ def mirror(kernel: np.ndarray, bias: np.ndarray, bins: int = BINS) -> dict:
             "max_abs_diff": diff, "max_abs_weight": float(np.max(np.abs(w)))}
 
 
+#: Largest params.npz read (bytes): a full-size reference's is about 0.4 MiB.
+MAX_NPZ_BYTES = 64 * 2 ** 20
+
+
 def heads(path) -> dict:
     """``{head: mirror(...)}`` for the heads of a reference ``params.npz``.
 
     Raises:
       KeyError: a head's ``agent/<head>/dist/out/kernel`` or ``bias`` is missing (the
-        message names the file and the key); OSError/ValueError: not an npz file.
+        message names the file and the key); OSError/ValueError: not an npz file;
+      records.RecordError (a ValueError): the guarded reader's refusals (not a regular
+        file, over MAX_NPZ_BYTES); FileNotFoundError: no such file.
     """
-    with np.load(path) as d:
+    from dreamer_parity import records
+
+    data = records.read_raw(path, str(path), cap=MAX_NPZ_BYTES)   # the guarded reader
+    with np.load(io.BytesIO(data), allow_pickle=False) as d:
         out = {}
         for h in HEADS:
             k, b = f"agent/{h}/dist/out/kernel", f"agent/{h}/dist/out/bias"
@@ -87,7 +97,9 @@ def heads(path) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from dreamer_parity import records as records_cli
+
+    ap = records_cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", metavar="LABEL=PARAMS.npz")
     a = ap.parse_args(argv)
     got = []
@@ -98,6 +110,9 @@ def main(argv=None) -> int:
             return 2
         try:
             got.append((label, heads(path)))
+        except FileNotFoundError:
+            print(f"error: {label}: {path[:200]}: not found", file=sys.stderr)
+            return 2
         except (KeyError, OSError, ValueError) as e:
             print(f"error: {label}: {e}", file=sys.stderr)
             return 2

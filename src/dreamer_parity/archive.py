@@ -15,16 +15,21 @@ files ``keep`` keeps (:data:`dreamer_parity.keep.KEPT_FILES`) go in: no final pa
 no checkpoints.  The archive is written to a temporary name and renamed.
 
 :func:`unpack` refuses, before writing anything, a member that is not a regular file or a
-directory, an absolute name, a ``..`` part, a name outside ``<side>/s<S>/<kept file>``, or
-more than :data:`MAX_MEMBER_BYTES` in one member.
+directory, an absolute name, a ``..`` part, a name outside ``<side>/s<S>/<kept file>``,
+more than :data:`MAX_MEMBER_BYTES` (16 MiB) in one member, a name given twice (or a
+JSON-lines file in both forms), more than :data:`MAX_MEMBERS` (1,024) members, or more
+than :data:`MAX_TOTAL_BYTES` (128 MiB) in all: each header is checked as the stream is
+read, so an archive over a cap is refused at the first member over it.
 
 Command line (the device side)::
 
     python -m dreamer_parity.archive pack <runs root> <archive.tar.gz> [--side candidate]
 
 packs every finished ``<runs root>/<side>/s<S>/`` and prints how many seeds went in and
-which were left out (unfinished).  Exit status 0 (also when nothing was finished: the
-archive is then not written), 2 on bad arguments.
+which were left out (unfinished).  The arguments are checked first: the root must be a
+directory, the archive a path ending in ``.tar.gz`` that is not a directory (it may lie
+outside the repository).  Exit status 0 (also when nothing was finished: the archive is
+then not written), 2 on bad arguments (one line ``error: ...``).
 """
 
 from __future__ import annotations
@@ -36,15 +41,23 @@ import os
 import re
 import sys
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from dreamer_parity import records
 
-__all__ = ["ArchiveError", "pack", "unpack", "finished_runs", "MAX_MEMBER_BYTES", "main"]
+__all__ = ["ArchiveError", "pack", "unpack", "finished_runs", "MAX_MEMBER_BYTES",
+           "MAX_MEMBERS", "MAX_TOTAL_BYTES", "main"]
 
 #: Largest member :func:`unpack` accepts (bytes): a full-size run's records.jsonl is
 #: about 0.35 MB, its run.json about 20 kB.
 MAX_MEMBER_BYTES = 16 * 2 ** 20
+#: Most members :func:`unpack` accepts in one archive (directories included): 7 files of
+#: each of 128 seeds fit (a batch of 8 seeds packs 40).
+MAX_MEMBERS = 1024
+#: Largest total of the members' sizes :func:`unpack` accepts (bytes, before anything is
+#: extracted): 128 seeds of full-size runs, uncompressed (about 0.55 MiB each), fit.
+MAX_TOTAL_BYTES = 128 * 2 ** 20
 #: The files of a run that travel (``keep``'s, in either form of the JSON-lines ones).
 RUN_FILES = ("records.jsonl", "records.jsonl.gz", "episodes.jsonl", "episodes.jsonl.gz",
              "run.json", "timing.json", records.DONE)
@@ -85,17 +98,27 @@ def pack(run_dirs, dest, side: str) -> Path:
     give the same bytes).
 
     Raises:
-      ArchiveError: no run given, or a run is unfinished or unreadable (checked for every
-        run before anything is written).
+      ArchiveError: no run given, or a run is unfinished, unreadable, or not the run its
+        member's name says (``run.json``'s side is not ``side``, or a seed in it or its
+        records is not the directory's; :func:`dreamer_parity.records.check_run_agrees`),
+        checked for every run before anything is written.
     """
     run_dirs = [Path(d) for d in run_dirs]
     if not run_dirs:
         raise ArchiveError(f"{dest}: no finished run to pack")
+    if side not in records.SIDES:
+        raise ArchiveError(f"side must be one of {records.SIDES}, got {str(side)[:40]!r}")
     for d in run_dirs:
+        if not _SEED_DIR.match(d.name):
+            raise ArchiveError(f"{d}: not a run directory named s<S> (its members are "
+                               f"<side>/s<S>/<file>)")
         try:
-            records.read_run(d)
+            data = records.read_run(d)
+            # the member's labels are the run's: side (made by) and seed
+            records.check_run_agrees(d, None, side, int(d.name[1:]), data=data, made_by=side)
         except records.RecordError as e:
-            raise ArchiveError(f"{d}: not a finished run ({str(e).splitlines()[0][:200]})") from None
+            raise ArchiveError(f"{d}: not a finished run of {side} seed {d.name[1:]} "
+                               f"({str(e).splitlines()[0][:200]})") from None
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
@@ -139,28 +162,78 @@ def _check_member(archive: Path, m: tarfile.TarInfo) -> None:
                            f"{MAX_MEMBER_BYTES}")
 
 
+def _scan(archive: Path) -> list[tarfile.TarInfo]:
+    """Every member's header, checked (:func:`_check_member`, duplicates, both forms of a
+    JSON-lines file, :data:`MAX_MEMBERS`, :data:`MAX_TOTAL_BYTES`) one at a time as the
+    stream is read, so that a refusal comes at the first header over a cap; nothing is
+    extracted."""
+    members, seen, total = [], {}, 0
+    with tarfile.open(archive, "r:gz") as tar:
+        while True:
+            m = tar.next()
+            if m is None:
+                break
+            if len(members) >= MAX_MEMBERS:
+                raise ArchiveError(f"{archive}: more than {MAX_MEMBERS} members (member "
+                                   f"{m.name[:80]!r} is number {len(members) + 1})")
+            _check_member(archive, m)
+            name = PurePosixPath(m.name).as_posix()
+            if name in seen:
+                raise ArchiveError(f"{archive}: member {name[:80]!r} given twice (members "
+                                   f"{seen[name]} and {len(members) + 1}); an archive names "
+                                   f"each file once")
+            seen[name] = len(members) + 1
+            if m.isfile():
+                twin = name[:-len(records.GZ)] if name.endswith(records.GZ) else name + records.GZ
+                if twin in seen and twin.rsplit("/", 1)[-1] in RUN_FILES:
+                    raise ArchiveError(f"{archive}: members {twin[:80]!r} and {name[:80]!r} "
+                                       f"hold the same file in both forms; keep one")
+                total += m.size
+                if total > MAX_TOTAL_BYTES:
+                    raise ArchiveError(f"{archive}: member {name[:80]!r} takes the members' "
+                                       f"total over {MAX_TOTAL_BYTES} bytes")
+            members.append(m)
+    return members
+
+
 def unpack(archive, into) -> list[Path]:
     """Extract ``archive`` (written by :func:`pack`) under ``into`` and return the run
     directories ``<into>/<side>/s<S>`` it held, sorted.
 
+    Every member's header is checked before anything is written (:func:`_scan`): not a
+    regular file or a directory, an absolute name, a ``..`` part, a name outside
+    ``<side>/s<S>/<run file>``, a member over :data:`MAX_MEMBER_BYTES`, a name given twice
+    or a JSON-lines file in both forms, more than :data:`MAX_MEMBERS` members, or more
+    than :data:`MAX_TOTAL_BYTES` in all.  Then each file is extracted, at most its
+    header's size read from it.
+
     Raises:
-      ArchiveError: the file is not a readable gzip tar, or a member is refused (see the
-        module docstring); checked for every member before anything is written.
+      ArchiveError: one line naming the archive and the member: the file is not a
+        readable gzip tar, or a member is refused.
     """
     archive, into = Path(archive), Path(into)
     try:
+        files = [m for m in _scan(archive) if m.isfile()]
+        if not files:
+            raise ArchiveError(f"{archive}: holds no run")
+        wanted = {m.name: m.size for m in files}    # the sizes checked, and no others
         with tarfile.open(archive, "r:gz") as tar:
-            members = tar.getmembers()
-            for m in members:
-                _check_member(archive, m)
-            files = [m for m in members if m.isfile()]
-            if not files:
-                raise ArchiveError(f"{archive}: holds no run")
-            for m in files:
+            for m in tar:
+                if m.name not in wanted or not m.isfile():
+                    continue
+                if m.size != wanted.pop(m.name):
+                    raise ArchiveError(f"{archive}: member {m.name[:80]!r} changed while it "
+                                       f"was read")
                 target = into / m.name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(tar.extractfile(m).read())
-    except (tarfile.TarError, OSError, EOFError) as e:
+                data = tar.extractfile(m).read(m.size + 1)
+                if len(data) != m.size:
+                    raise ArchiveError(f"{archive}: member {m.name[:80]!r} is not the size "
+                                       f"its header says")
+                target.write_bytes(data)
+                if not wanted:
+                    break
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         raise ArchiveError(f"{archive}: not a readable .tar.gz ({type(e).__name__}: "
                            f"{str(e)[:100]})") from None
     return sorted({(into / PurePosixPath(m.name).parent) for m in files},
@@ -169,7 +242,7 @@ def unpack(archive, into) -> list[Path]:
 
 def main(argv=None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.archive",
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.archive",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pack", help="pack the finished runs of a runs root")
@@ -177,6 +250,13 @@ def main(argv=None) -> int:
     p.add_argument("dest", help="the archive to write (.tar.gz)")
     p.add_argument("--side", default="candidate", choices=records.SIDES)
     a = ap.parse_args(argv)
+    try:
+        records.check_source(a.root, "root", "dir")
+        # the device side writes the archive outside the repository: any place, but a file
+        records.check_target(a.dest, "dest", "file", inside=False, suffixes=(".tar.gz",))
+    except records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     done, left = finished_runs(a.root, a.side)
     for line in left:
         print(f"left out (not finished): {a.side}/{line}", file=sys.stderr)

@@ -38,6 +38,13 @@ renamed into place. A destination that already holds the same files (the same
 decompressed content, and a manifest that verifies) is left as it is (exit 0). One that
 holds other files is refused.
 
+The arguments are checked before anything is read (:func:`check_args`): a source that
+is neither a directory nor a ``.tar.gz`` file, a destination that is an existing file, a
+``--params`` that is not a file are refused.  A run's labels are checked where it enters:
+the seed its directory names (``s<S>``), ``run.json``'s and every record's and episode's
+are one, and the side its place names (an archive member's ``<side>/``, a directory under
+``candidate/`` or ``reference/``) is the side that made it, as ``run.json`` records it.
+
 Exit status: 0 kept or already kept; 2 refused (one line ``error: ...`` on stderr,
 nothing written).
 """
@@ -57,7 +64,7 @@ from dreamer_parity import params as P
 from dreamer_parity import records
 
 __all__ = ["KEPT_FILES", "KeepError", "keep", "keep_archive", "kept_files", "add_manifest",
-           "main"]
+           "check_args", "main"]
 
 #: The files of a run that are kept, in the order they are written (DONE.json last); the
 #: JSON-lines files (records.JSONL_FILES) are kept as ``<name>.gz``.
@@ -110,9 +117,15 @@ def load_params(params_file: str | None, sets: list[str]) -> dict | None:
         raise KeepError(f"--params {params_file}: not found") from None
 
 
-def _prepare(src: Path, params: dict | None) -> tuple[int, dict[str, bytes]]:
+def _prepare(src: Path, params: dict | None,
+             label_side: str | None = None) -> tuple[int, dict[str, bytes]]:
     """``(seed, files to write)`` of the finished run in ``src``, checked as :func:`keep`
-    says (KeepError otherwise), its ``MANIFEST.json`` last among them; nothing is written."""
+    says (KeepError otherwise), its ``MANIFEST.json`` last among them; nothing is written.
+
+    ``label_side``: the side the run's place names (an archive member's ``<side>/``, a
+    directory's parent named after a side), which must be the side that made it
+    (``run.json``); the seed a directory named ``s<S>`` names must be its seed
+    (:func:`dreamer_parity.records.check_run_agrees`)."""
     if not src.is_dir():
         raise KeepError(f"{src}: not a directory")
     if not (src / "run.json").exists() and not (src / records.DONE).exists():
@@ -129,6 +142,10 @@ def _prepare(src: Path, params: dict | None) -> tuple[int, dict[str, bytes]]:
             raise KeepError(f"{src / 'run.json'}: side and seed must be recorded to keep a run "
                             f"(side {str(info.get('side'))[:40]!r}, seed {str(info.get('seed'))[:40]})")
         side, seed = info["side"], info["seed"]
+        if label_side is not None and label_side != side:
+            raise KeepError(f"{src / 'run.json'}: side {side!r}, but the run stands under "
+                            f"{label_side}/: its place names another side than the one that "
+                            f"made it")
         records.check_run_agrees(src, params, side, seed, data=data, made_by=side)
         files = kept_files(src)
     except records.RecordError as e:
@@ -192,7 +209,8 @@ def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
         files. Nothing is written.
     """
     src, dest = Path(src), Path(dest)
-    seed, files = _prepare(src, params)
+    seed, files = _prepare(src, params, src.absolute().parent.name
+                           if src.absolute().parent.name in records.SIDES else None)
     target = dest / f"s{seed}"
     if _already_kept(target, files):
         return target, False
@@ -222,7 +240,13 @@ def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, 
         if len({d.parent.name for d in runs}) > 1:
             raise KeepError(f"{archive}: holds runs of both sides; keep each side's into its "
                             f"own directory")
-        prepared = [_prepare(d, params) for d in runs]
+        prepared = []
+        for d in runs:
+            try:
+                prepared.append(_prepare(d, params, d.parent.name))
+            except KeepError as e:   # named by the archive's member, not the temporary path
+                raise KeepError(str(e).replace(str(Path(tmp)) + os.sep, f"{archive}:")) \
+                    from None
         seeds = [seed for seed, _ in prepared]
         if len(set(seeds)) != len(seeds):
             raise KeepError(f"{archive}: holds seed {sorted(s for s in seeds if seeds.count(s) > 1)[0]} twice")
@@ -269,9 +293,34 @@ def add_manifest(directory, params: dict | None = None) -> tuple[Path, bool]:
         raise KeepError(str(e)) from None
 
 
+def check_args(a) -> None:
+    """The command's paths, before anything is read: ``src`` a directory or a ``.tar.gz``
+    file, ``dest`` a directory path (not an existing file;
+    :func:`dreamer_parity.records.check_target`), ``--params`` a regular file, each
+    ``--add-manifest`` a directory.
+
+    Raises:
+      KeepError: one line naming the argument.
+    """
+    try:
+        if a.add_manifest is not None:
+            for d in a.add_manifest:
+                records.check_source(d, "--add-manifest", "dir")
+        else:
+            src = records.check_source(a.src, "src", "any")
+            if src.is_file() and not a.src.endswith(".tar.gz"):
+                raise KeepError(f"src {a.src[:80]}: a file, but not an archive (.tar.gz); "
+                                f"give a run directory or an archive")
+            records.check_target(a.dest, "dest", "dir", inside=False)
+        if a.params is not None:
+            records.check_source(a.params, "--params", "file")
+    except records.RecordError as e:
+        raise KeepError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.keep", description=__doc__.split("\n\n")[0])
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.keep", description=__doc__.split("\n\n")[0])
     ap.add_argument("src", nargs="?", help="a finished run directory (records schema), or an "
                                            "archive of finished runs (.tar.gz, python -m "
                                            "dreamer_parity.archive)")
@@ -286,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             (a.add_manifest is not None and a.src is not None):
         ap.error("give SRC DEST, or --add-manifest KEPT_DIR ...")
     try:
+        check_args(a)
         params = load_params(a.params, a.set)
         if a.add_manifest is not None:
             for d in a.add_manifest:

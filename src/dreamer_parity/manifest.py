@@ -7,7 +7,11 @@ written by :mod:`dreamer_parity.keep`; a published round ``data/published/<round
     {"algorithm": "sha256", "files": {"<path relative to the directory>": "<64 hex>", ...}}
 
 listing every file below the directory (``/``-separated paths) except the manifest itself
-and the files of a subdirectory that holds its own manifest.  :func:`verify` refuses,
+and the files of a subdirectory that holds its own manifest, which :func:`verify` then
+verifies in turn (a manifest below that cannot be read is refused, never an exemption;
+:func:`verify_tree` verifies every manifest under a source directory, and the one of a
+directory above it that covers it).  A manifest that names a path twice is refused
+(:func:`dreamer_parity.records.read_json` refuses a repeated JSON key).  :func:`verify` refuses,
 before anything of the directory is read, a listed file that is missing or whose bytes
 (as stored: a ``.gz`` file's compressed bytes) have another SHA-256, and a file that is
 not listed; so an edit of a kept value, even one inside every range, is refused like any
@@ -41,7 +45,7 @@ from pathlib import Path
 from dreamer_parity import records
 
 __all__ = ["NAME", "ALGORITHM", "MAX_FILES", "build", "dumps", "listing", "write", "verify",
-           "main"]
+           "verify_tree", "main"]
 
 #: The manifest's file name.
 NAME = "MANIFEST.json"
@@ -64,12 +68,13 @@ def dumps(manifest: dict) -> bytes:
     return (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
-def listing(directory) -> list[str]:
-    """The paths a manifest of ``directory`` lists: every entry below it that is not a
-    directory (a symbolic link to one included), ``/``-separated and sorted, without
-    :data:`NAME` and without the subtrees of subdirectories holding their own manifest."""
+def _walk(directory) -> tuple[list[str], list[str]]:
+    """``(listing, nested)``: the paths a manifest of ``directory`` lists
+    (:func:`listing`) and the subdirectories, ``/``-separated and sorted, that hold their
+    own :data:`NAME` (a directory, a link or an unreadable file of that name included:
+    :func:`verify` verifies or refuses each)."""
     root = Path(directory)
-    out = []
+    out, nested = [], []
     for here, dirs, files in os.walk(root):
         rel = Path(here).relative_to(root)
         keep = []
@@ -77,11 +82,21 @@ def listing(directory) -> list[str]:
             p = Path(here) / d
             if p.is_symlink():
                 out.append((rel / d).as_posix())
-            elif not (p / NAME).exists():
+            elif (p / NAME).exists() or (p / NAME).is_symlink():
+                nested.append((rel / d).as_posix())
+            else:
                 keep.append(d)
         dirs[:] = keep
         out += [(rel / f).as_posix() for f in files if not (rel == Path(".") and f == NAME)]
-    return sorted(out)
+    return sorted(out), sorted(nested)
+
+
+def listing(directory) -> list[str]:
+    """The paths a manifest of ``directory`` lists: every entry below it that is not a
+    directory (a symbolic link to one included), ``/``-separated and sorted, without
+    :data:`NAME` and without the subtrees of subdirectories holding their own manifest
+    (which :func:`verify` verifies in turn)."""
+    return _walk(directory)[0]
 
 
 def write(directory, where: str | None = None) -> Path:
@@ -176,22 +191,74 @@ def verify(directory, required: bool = True, where: str | None = None,
             raise records.RecordError(
                 f"{where}/{name}: its SHA-256 is not the one {mwhere} records: the file "
                 f"changed after it was kept (git checkout -- {where} restores it)")
-    extra = [n for n in listing(d) if n not in files]
+    names, nested = _walk(d)
+    extra = [n for n in names if n not in files]
     if extra:
         raise records.RecordError(f"{where}/{extra[0]}: not listed in {mwhere} (a kept "
                                   f"directory holds only the files its manifest lists)")
+    for sub in nested:     # a manifest below is verified in turn, never an exemption
+        verify(d / sub, True, f"{where}/{sub}")
+    covered = [n for n in files if any(n.startswith(sub + "/") for sub in nested)]
+    if covered:
+        raise records.RecordError(f"{where}/{covered[0]}: listed in {mwhere} but inside a "
+                                  f"directory with its own {NAME}: one manifest lists a file")
     return True
+
+
+def verify_tree(directory, where: str | None = None, top=None) -> int:
+    """Verify every manifest at or under ``directory`` (each top-most one with
+    :func:`verify`, which verifies those below it), and the manifest of each directory
+    between ``directory`` and ``top`` (exclusive) that holds one, which covers it.
+
+    Returns:
+      How many manifests were verified at the top level (0: none there).
+
+    Raises:
+      records.RecordError: any manifest's refusal (:func:`verify`), an unreadable one
+        included.
+    """
+    d = Path(directory)
+    where = str(d) if where is None else where
+    n = 0
+    if top is not None:
+        top_abs, here, shown = Path(top).absolute(), d.absolute(), where
+        while here != top_abs and top_abs in here.parents:
+            here, shown = here.parent, os.path.dirname(shown) or "."
+            if here == top_abs:
+                break
+            if (here / NAME).exists() or (here / NAME).is_symlink():
+                verify(here, True, shown)
+                n += 1
+                return n            # it covers ``directory`` and every manifest below
+    if (d / NAME).exists() or (d / NAME).is_symlink():
+        verify(d, True, where)
+        return n + 1
+    for here, dirs, _ in os.walk(d):
+        keep = []
+        for sub in sorted(dirs):
+            p = Path(here) / sub
+            if p.is_symlink():
+                continue
+            if (p / NAME).exists() or (p / NAME).is_symlink():
+                verify(p, True, f"{where}/{p.relative_to(d).as_posix()}")
+                n += 1
+            else:
+                keep.append(sub)
+        dirs[:] = keep
+    return n
 
 
 def main(argv=None) -> int:
     """CLI entry point (see the module docstring); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.manifest",
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.manifest",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("write", help="write DIR/MANIFEST.json").add_argument("directory")
     sub.add_parser("check", help="verify manifests").add_argument("directories", nargs="+")
     a = ap.parse_args(argv)
     try:
+        for d in ([a.directory] if a.cmd == "write" else a.directories):
+            records.check_source(d, a.cmd, "dir")
         if a.cmd == "write":
             print(f"written: {write(a.directory, a.directory)}")
         else:

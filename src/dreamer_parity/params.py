@@ -156,7 +156,8 @@ SCHEMA: dict[str, Field] = {
                     "candidate's two-hot expectation: exact mirror difference | reference pair sum"),
     "profile": Field("str", "full", ("full", "smoke"), "network widths (PROFILES)"),
     "seeds": Field("int_list", [0, 1, 2],
-                   doc="the round's seeds, unique non-negative integers: the reference side's "
+                   doc="the round's seeds, unique non-negative integers written as integers "
+                       "(1, never 1.0, '1' or true): the reference side's "
                        "(a reference@<seed> stage each) and the candidate's unless "
                        "candidate.seeds names its own"),
     "rows": Field("int", 20000, doc="rows per env set (all 16 envs together)"),
@@ -182,7 +183,8 @@ SCHEMA: dict[str, Field] = {
                               doc="where the candidate side's runs come from: 'run', a "
                                   "directory of runs, or [{from, seeds}] (docs/SIDES.md)"),
     "candidate.seeds": Field("int_list_or_null", None,
-                             doc="the candidate side's own seeds, unique non-negative integers; "
+                             doc="the candidate side's own seeds, unique non-negative integers "
+                                 "written as integers; "
                                  "null: the round's seeds (docs/SIDES.md)"),
     "stats.s1_rows": Field("int_list", [16000, 18000, 20000],
                            doc="pre-registered S1 rows (evaluation points)"),
@@ -287,6 +289,17 @@ def _coerce_int(key, v):
     raise ParamsError(key, f"expected an integer, got {quote(v)}")
 
 
+def _coerce_seed(key, i, v):
+    """A seed as params.yaml writes it: a whole number in integer form (``1``), never
+    ``1.0``, ``"1"`` or ``true``.  DVC reads the file too: its ``foreach`` names a stage
+    ``reference@1.0`` after the value as written, and compares ``1.0`` equal to ``1``, so
+    any other form is refused here rather than coerced."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise ParamsError(key, f"item {i}: a seed is a whole number written as an integer "
+                           f"(e.g. 1), got {quote(v)} ({type(v).__name__})")
+
+
 def _coerce_float(key, v):
     if isinstance(v, bool):
         raise ParamsError(key, f"expected a number, got {quote(v)}")
@@ -327,7 +340,10 @@ def _coerce(key: str, field: Field, v):
                 raise ParamsError(key, f"expected a list of integers, got {quote(v)}") from None
         if not isinstance(v, (list, tuple)):
             raise ParamsError(key, f"expected a list of integers, got {quote(v)}")
-        out = [_coerce_int(key, x) for x in v]
+        if key in _SEED_KEYS or key.endswith(".source"):
+            out = [_coerce_seed(key, i, x) for i, x in enumerate(v)]
+        else:
+            out = [_coerce_int(key, x) for x in v]
         if t == "int_pair_or_empty" and len(out) not in (0, 2):
             raise ParamsError(key, f"expected [first, last] or [], got {out}")
         if t == "int_pair_or_empty" and out and out[0] > out[1]:

@@ -16,6 +16,11 @@ Subcommands (working directory: the repository root, or a temporary experiment c
     On failure: one line ``error: ...`` on stderr, exit status 2, nothing written or
     removed.
 
+Every output path is checked before anything is computed
+(:func:`dreamer_parity.records.check_target`: inside the repository, a file where a file
+goes, a directory where a directory goes), and ``--seed`` is read only after params.yaml
+is validated, so a seed written ``1.0`` there is refused naming params.yaml.
+
 ``reference``
     A seed whose reference source is ``run``: :func:`dreamer_parity.reference.launch.launch`.
     Any other source: the runs stand in for the seed, nothing runs, and the stage writes
@@ -50,8 +55,17 @@ from dreamer_parity import records, sides
 __all__ = ["main"]
 
 
+def _target(path, where: str, kind: str) -> Path:
+    """:func:`dreamer_parity.records.check_target` as a PreflightError (inside the
+    repository: every stage output is)."""
+    try:
+        return records.check_target(path, where, kind)
+    except records.RecordError as e:
+        raise pf.PreflightError(str(e)) from None
+
+
 def _cmd_preflight(a) -> int:
-    out = Path(a.out)
+    out = _target(a.out, "--out", "file")
     pf.check(pf.load(a.params))   # refused: nothing written or removed (DVC removes outs)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
@@ -62,7 +76,13 @@ def _cmd_preflight(a) -> int:
 
 
 def _cmd_reference(a) -> int:
-    params = pf.load(a.params)
+    params = pf.load(a.params)     # first: a seed written 1.0 in params.yaml is named there
+    if not (a.seed.isascii() and a.seed.isdigit()) or len(a.seed) > 10 or (
+            len(a.seed) > 1 and a.seed[0] == "0"):
+        raise pf.PreflightError(f"--seed {a.seed[:40]!r}: not a seed (a whole number written "
+                                f"as an integer, e.g. 3)")
+    a.seed = int(a.seed)
+    _target(a.out, "--out", "dir")
     where = sides.seed_sources(params, "reference")
     if a.seed not in where:
         raise pf.PreflightError(f"params: seeds: seed {a.seed} is not a reference seed "
@@ -92,14 +112,15 @@ def _cmd_compare(a) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.pipeline", description=__doc__,
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.pipeline", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("preflight", help="validate the round before any stage runs")
     p.add_argument("--out", default="results/preflight.ok")
     r = sub.add_parser("reference", help="run one reference seed, or note the stand-in")
-    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--seed", required=True, help="a reference seed of params.yaml (checked "
+                                                 "after params.yaml is validated)")
     r.add_argument("--out", required=True)
     sub.add_parser("compare", help="run the analysis on the sides this round names")
     a = ap.parse_args(argv)

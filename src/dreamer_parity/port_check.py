@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamer_parity.cartpole_port import PARAMS, CartPolePort
+from dreamer_parity import records
 
 __all__ = [
     "OBS_RTOL", "KS_ALPHA", "MIN_TERMINATIONS", "sample_states", "check_single_steps",
@@ -374,9 +375,19 @@ def run_all(n_states: int = 400, steps: int = 4000, n_resets: int = 4000,
     return out
 
 
+#: The ranges of the command's numeric arguments, checked before anything is computed:
+#: ``--resets`` at least 8 (one per worker of :func:`check_resets`); the upper bounds are
+#: 25 times the defaults, so that a check stays within minutes and the arrays within memory.
+ARG_RANGES = {"states": (1, 10_000), "steps": (1, 100_000), "resets": (8, 100_000),
+              "seed": (0, 2 ** 31 - 1)}
+
+
 def main(argv=None) -> int:
-    """CLI: run every check, write ``--out`` atomically, exit 1 when one fails."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.port_check",
+    """CLI: run every check, write ``--out`` atomically, exit 1 when one fails; exit 2
+    with one line ``error: ...`` for an argument out of :data:`ARG_RANGES`, an ``--out``
+    that is a directory (:func:`dreamer_parity.records.check_target`) or a refused
+    params file, before anything is computed."""
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.port_check",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="metrics/port_check.json")
     ap.add_argument("--params", default="params.yaml",
@@ -386,12 +397,15 @@ def main(argv=None) -> int:
     ap.add_argument("--resets", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    for name in ("states", "steps", "resets"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name} must be positive")
     from dreamer_parity import params as params_mod
     try:
+        for name, (low, high) in ARG_RANGES.items():
+            records.check_range(getattr(args, name), f"--{name}", low, high)
+        records.check_target(args.out, "--out", "file", inside=False)
         params_mod.load(args.params)
+    except records.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except params_mod.ParamsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

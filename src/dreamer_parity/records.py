@@ -70,9 +70,14 @@ symbolic link is followed, so a link to ``/dev/zero`` is a device), one inside t
 working directory (the repository root a stage runs in) that resolves outside it through
 a symbolic link, and one larger than the cap of its kind (:data:`MAX_BYTES`, by the name's
 suffix, :func:`file_kind`).  Text is UTF-8 (a byte that is not is named with its line and
-offset), JSON errors name ``file:line``, and every number read lies within
+offset), JSON errors name ``file:line``, an object naming a key twice is refused naming
+both lines (Python's json would keep the last silently), and every number read lies within
 ``+-MAX_MAGNITUDE`` (so that no sum, square or fourth power of what was read overflows).
 Every refusal is a :class:`RecordError` of one line naming the file.
+
+The argument checks of every command (:func:`check_target`, :func:`check_source`,
+:func:`check_range`, :class:`ArgumentParser`): a command checks its numbers, its inputs and
+its outputs before it reads or computes anything, and refuses in one line (exit 2).
 
 Evaluation returns and lengths and training-episode scores and lengths are checked
 against the environment's ranges (:mod:`dreamer_parity.environment`) by
@@ -81,12 +86,14 @@ against the environment's ranges (:mod:`dreamer_parity.environment`) by
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import hashlib
 import io
 import json
 import math
 import os
+import re
 import stat
 import zlib
 from pathlib import Path
@@ -102,6 +109,8 @@ __all__ = [
     "protocol_expected", "protocol_disagreements", "check_run_agrees",
     "JSONL_FILES", "GZ", "MAX_DECOMPRESSED", "jsonl_path", "gzip_bytes", "read_bytes",
     "read_raw", "MAX_BYTES", "MAX_MAGNITUDE", "file_kind", "check_file", "bound_problem",
+    "check_target", "check_source", "check_range", "MAX_ARG_PATH", "repeated_problem",
+    "ArgumentParser",
 ]
 
 SIDES = ("reference", "candidate")
@@ -172,6 +181,43 @@ class _NonFinite(ValueError):
         self.token = token
 
 
+class _Repeated(ValueError):
+    """A JSON object that names one key twice; ``key`` is the key."""
+
+    def __init__(self, key: str):
+        super().__init__(f"key {key[:60]!r} given twice in one object")
+        self.key = key
+
+
+def _unique_pairs(pairs):
+    """``object_pairs_hook`` of every JSON read: a repeated key is refused (Python's json
+    would keep the last one silently), as :func:`dreamer_parity.params.parse_yaml` refuses
+    one in YAML."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _Repeated(k)
+            seen.add(k)
+    return out
+
+
+def _key_lines(text: str, key: str) -> list[int]:
+    """1-based lines of ``text`` where ``key`` stands as an object key (``"key":``)."""
+    pat = re.compile(re.escape(json.dumps(key)) + r"\s*:")
+    return [text.count("\n", 0, m.start()) + 1 for m in pat.finditer(text)]
+
+
+def repeated_problem(text: str, key: str, where: str) -> str:
+    """The one-line refusal of a repeated JSON key, naming both places
+    (``<where>:<line>: key 'k' given twice (lines a and b)``)."""
+    lines = _key_lines(text, key)
+    both = f"lines {lines[0]} and {lines[1]}" if len(lines) >= 2 else "one object"
+    return (f"{where}:{lines[1] if len(lines) >= 2 else 1}: key {key[:60]!r} given twice "
+            f"({both}); a file names each thing once")
+
+
 def _parse_constant(name):
     raise _NonFinite(f"{name} is not a finite number (JSON has no NaN/Infinity)", name)
 
@@ -204,8 +250,10 @@ def bound_problem(obj, path: str = "") -> str | None:
 
 
 def loads_finite(text: str):
-    """``json.loads`` refusing NaN, Infinity, overflowing floats and any number outside
-    ``+-MAX_MAGNITUDE`` (ValueError; for the bound, naming the field, :func:`bound_problem`).
+    """``json.loads`` refusing NaN, Infinity, overflowing floats, any number outside
+    ``+-MAX_MAGNITUDE`` (ValueError; for the bound, naming the field, :func:`bound_problem`)
+    and an object that names a key twice (ValueError ``_Repeated``; :func:`read_json` and
+    :func:`read_lines` name both lines).
 
     Every file the project reads was written with ``allow_nan=False``; Python's json would
     otherwise read ``NaN`` / ``Infinity`` silently.
@@ -220,7 +268,7 @@ def loads_finite(text: str):
             return v
         return parse
 
-    obj = json.loads(text, parse_constant=_parse_constant,
+    obj = json.loads(text, parse_constant=_parse_constant, object_pairs_hook=_unique_pairs,
                      parse_float=bounded(_parse_float), parse_int=bounded(int))
     if first:
         raise _NonFinite(bound_problem(obj) or f"{first[0][:40]} lies outside "
@@ -306,6 +354,114 @@ def check_file(path, where: str | None = None, cap: int | None = None) -> os.sta
         raise RecordError(f"{where}: larger than {cap} bytes ({st.st_size} bytes; the cap "
                           f"of a {file_kind(path)} file)")
     return st
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose refusals are one line on stderr,
+    ``error: <prog>: <message>`` (at most 500 characters), exit status 2, as every other
+    refusal of the project's commands; ``--help`` is unchanged.  Subcommands' parsers are
+    of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message):
+        line = " ".join(f"{self.prog}: {message}".split())
+        self.exit(2, f"error: {line[:480]}\n")
+
+
+#: Longest path a command line may name (characters).
+MAX_ARG_PATH = 1024
+
+
+def _inside(path, base) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(base)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_target(path, where: str, kind: str = "file", inside: bool = True,
+                 suffixes: tuple[str, ...] = ()) -> Path:
+    """Check a command's output path before anything is computed: the one check of every
+    ``--out`` / destination argument.
+
+    Args:
+      path: the path as given.
+      where: the argument as messages name it (``--out``).
+      kind: ``"file"`` (an existing directory, device or fifo there is refused; an
+        existing regular file is replaced atomically by the writer) or ``"dir"`` (an
+        existing file there is refused).
+      inside: the path must lie inside the working directory (the repository root),
+        symbolic links resolved: outputs that are the project's artifacts.
+      suffixes: the accepted name endings, lower case (``(".png", ".svg")``; the name is
+        compared lower-cased), empty for any.
+
+    Returns:
+      ``Path(path)``.
+
+    Raises:
+      RecordError: one line naming ``where`` and the path: empty or longer than
+        :data:`MAX_ARG_PATH`, a control character, outside the repository (with
+        ``inside``), another suffix, a directory where a file goes (or a file where a
+        directory goes), a parent that is a file.
+    """
+    text = str(path)
+    shown = text[:80] + ("..." if len(text) > 80 else "")
+    if not text or len(text) > MAX_ARG_PATH or any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise RecordError(f"{where} {shown!r}: not a path (empty, over {MAX_ARG_PATH} "
+                          f"characters, or a control character)")
+    p = Path(text)
+    if inside and not _inside(p, os.getcwd()):
+        raise RecordError(f"{where} {shown}: outside the repository; outputs are written "
+                          f"inside it (a relative path such as results/...)")
+    if suffixes and not p.name.lower().endswith(suffixes):
+        raise RecordError(f"{where} {shown}: must end in {' or '.join(suffixes)}")
+    if kind == "file":
+        if p.is_dir():
+            raise RecordError(f"{where} {shown}: an existing directory; name a file")
+        if p.exists() and not p.is_file():
+            raise RecordError(f"{where} {shown}: exists and is not a regular file")
+        if p.is_symlink() and not p.exists():
+            raise RecordError(f"{where} {shown}: a dangling symbolic link")
+    elif kind == "dir":
+        if p.exists() and not p.is_dir():
+            raise RecordError(f"{where} {shown}: exists and is not a directory; name a "
+                              f"directory")
+    else:
+        raise ValueError(f"kind must be file or dir, got {kind!r}")
+    for parent in p.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise RecordError(f"{where} {shown}: {parent.name} in its path is a file, "
+                                  f"not a directory")
+            break
+    return p
+
+
+def check_source(path, where: str, kind: str = "file") -> Path:
+    """Check an input path argument before anything is computed: it exists and is a
+    ``kind`` (``"file"``: a regular file; ``"dir"``: a directory).
+
+    Raises:
+      RecordError: one line naming ``where``: not a path, missing, or of the other kind.
+    """
+    text = str(path)
+    shown = text[:80] + ("..." if len(text) > 80 else "")
+    if not text or len(text) > MAX_ARG_PATH or any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise RecordError(f"{where} {shown!r}: not a path (empty, over {MAX_ARG_PATH} "
+                          f"characters, or a control character)")
+    p = Path(text)
+    if not p.exists():
+        raise RecordError(f"{where} {shown}: not found")
+    if kind == "dir" and not p.is_dir():
+        raise RecordError(f"{where} {shown}: not a directory")
+    if kind == "file" and not p.is_file():
+        raise RecordError(f"{where} {shown}: not a regular file")
+    return p
+
+
+def check_range(value, where: str, low, high):
+    """``value`` when ``low <= value <= high``; RecordError naming ``where`` otherwise
+    (a bool is not a number here)."""
+    if isinstance(value, bool) or not low <= value <= high:
+        raise RecordError(f"{where} {str(value)[:40]}: must lie in {low}..{high}")
+    return value
 
 
 def read_raw(path, where: str | None = None, cap: int | None = None) -> bytes:
@@ -547,6 +703,8 @@ def read_json(path, where: str | None = None, cap: int | None = None) -> dict:
         obj = loads_finite(text)
     except _NonFinite as e:
         raise RecordError(f"{where}:{_line_of(text, e.token)}: {e}") from None
+    except _Repeated as e:
+        raise RecordError(repeated_problem(text, e.key, where)) from None
     except json.JSONDecodeError as e:
         raise RecordError(f"{where}:{e.lineno}: invalid JSON ({e.msg}, column "
                           f"{e.colno})") from None
@@ -682,6 +840,9 @@ def read_lines(path, where: str | None = None) -> list[tuple[int, dict]]:
             obj = loads_finite(line)
         except _NonFinite as e:
             raise RecordError(f"{where}:{i}: {e}") from None
+        except _Repeated as e:
+            raise RecordError(f"{where}:{i}: key {e.key[:60]!r} given twice in the line's "
+                              f"object; a file names each thing once") from None
         except (ValueError, RecursionError) as e:
             raise RecordError(f"{where}:{i}: truncated or invalid JSON "
                               f"({str(e)[:120]})") from None
@@ -746,6 +907,10 @@ def read_episodes(directory, require_done: bool = True) -> list[dict]:
                 raise RecordError(f"{path}:{i}: field {name!r} {problem}")
         eps.append(obj)
     return eps
+
+
+#: A run directory named by its seed (``s<S>``), as every layout names it.
+_SEED_DIR_NAME = re.compile(r"s(0|[1-9][0-9]*)")
 
 
 #: run.json keys whose value, when present, must be a JSON object
@@ -885,7 +1050,8 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
     * ``run.json`` ``side`` (when recorded) is ``made_by``, the implementation that made
       the run (a run judged by what produced it, not by the side it stands on), every
       record of ``records.jsonl`` has that side, and ``run.json`` ``seed`` (when
-      recorded) is the directory's;
+      recorded), the seed of every record and every episode and the directory's name
+      (when it has the form ``s<S>``) are ``seed``;
     * ``DONE.json`` names this run (:func:`done_agrees`), or is a legacy marker;
     * every function ``run.json`` says the run replaced (``patches.replaced``, when
       recorded) is a protocol patch's (:data:`PATCH_TARGETS`): a
@@ -900,8 +1066,8 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
       directory: the run directory.
       params: the round's validated params, or None (files against each other only).
       side, seed: the side the run stands on and its seed.
-      data: :func:`read_run`'s dict when already read (else ``DONE.json``, ``run.json``
-        and ``records.jsonl`` are read here, standard library only, so that an entry point
+      data: :func:`read_run`'s dict when already read (else ``DONE.json``, ``run.json``,
+        ``records.jsonl`` and ``episodes.jsonl`` are read here, standard library only, so that an entry point
         can refuse before it imports anything heavy).
       made_by: the implementation that made the run
         (:attr:`dreamer_parity.sides.SeedSource.made_by`); None: ``side``.
@@ -938,6 +1104,19 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
         raise RecordError(f"{run_path}: patches.replaced names {foreign[0][:60]!r}, which no "
                           f"protocol patch replaces: a diagnostic run, not a protocol run")
     legacy = not done_agrees(directory, done, made_by, seed)
+    named = _SEED_DIR_NAME.fullmatch(directory.name)
+    if named and int(named.group(1)) != seed:
+        raise RecordError(f"{run_path}: seed {seed}, but its directory is named "
+                          f"{directory.name}: a run's directory names its own seed")
+    if "episodes" not in data:      # a missing file is read_run's refusal, not this one's
+        data = {**data, "episodes": read_episodes(directory, require_done=False)
+                if jsonl_path(directory, "episodes.jsonl") is not None else []}
+    for name, rows in (("records.jsonl", data["records"]), ("episodes.jsonl", data["episodes"])):
+        bad = next((i for i, r in enumerate(rows, 1) if r.get("seed") != seed), None)
+        if bad is not None:
+            raise RecordError(f"{run_path}: seed {seed}, but {name} line {bad} says seed "
+                              f"{str(rows[bad - 1].get('seed'))[:40]}: the run's files "
+                              f"disagree about its seed")
     if params is None:
         return legacy
     wrong, _ = protocol_disagreements(params, side, seed, info, made_by)

@@ -48,6 +48,8 @@ from pathlib import Path
 
 import yaml
 
+from dreamer_parity import records
+
 __all__ = ["RoundsError", "INDEX", "NAME_RE", "load_index", "rev", "latest", "check",
            "make_tags", "pin", "main"]
 
@@ -138,6 +140,11 @@ def load_index(root, path: str = INDEX) -> dict[str, dict]:
                               f"got {str(c)[:60]!r}")
         if not isinstance(entry["about"], str) or not entry["about"].strip():
             raise RoundsError(f"{path}: {name}.about: must be a non-empty line")
+        twin = next((n for n in out if n.lower() == name.lower()), None)
+        if twin is not None:
+            raise RoundsError(f"{path}: round {name!r} and round {twin!r} differ only in case "
+                              f"(docs/rounds/<round>.md would be one file on a case-blind "
+                              f"file system): a kept round has one name")
         out[name] = {"commit": c, "about": entry["about"].strip()}
     return out
 
@@ -305,7 +312,10 @@ def pin(root, name: str, path: str = INDEX) -> str:
         raise RoundsError(f"{name}: no commit in HEAD's history changed {SUMMARY} with "
                           f"params.yaml round {name}")
     p = Path(root) / path
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = records.read_text(p, path)      # the guarded reader, as load_index reads it
+    except records.RecordError as e:
+        raise RoundsError(str(e)) from None
     pat = re.compile(rf"(^{re.escape(name)}:\s*\n(?:[ \t]+.*\n|\s*\n|#.*\n)*?[ \t]+commit:\s*"
                      rf"[\'\"]?){old}", re.M)
     text, n = pat.subn(lambda m: m.group(1) + new, text, count=1)
@@ -318,9 +328,29 @@ def pin(root, name: str, path: str = INDEX) -> str:
     return new
 
 
+def check_args(a) -> None:
+    """The command's arguments before anything is read: ``--index`` a relative path
+    inside the repository ending in ``.yaml`` (no ``..``), every round name a plain name
+    (:data:`NAME_RE`).
+
+    Raises:
+      RoundsError: one line naming the argument.
+    """
+    idx = a.index
+    if (not idx or len(idx) > 200 or idx.startswith(("/", "~")) or ".." in idx.split("/")
+            or "\\" in idx or any(ord(c) < 32 for c in idx) or not idx.endswith(".yaml")):
+        raise RoundsError(f"--index {idx[:80]!r}: a .yaml file relative to the repository "
+                          f"root, without '..'")
+    names = [a.name] if getattr(a, "name", None) is not None else list(getattr(a, "names", []))
+    bad = [n for n in names if not NAME_RE.match(n)]
+    if bad:
+        raise RoundsError(f"round name {bad[0][:80]!r}: not a plain name (letters, digits, "
+                          f"'-', '_'; at most 64)")
+
+
 def main(argv=None) -> int:
     """CLI entry point (see the module docstring); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.rounds", description=__doc__,
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.rounds", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", default=INDEX, help="the index, relative to the repository root")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -332,6 +362,7 @@ def main(argv=None) -> int:
     sub.add_parser("tag", help="a git tag per entry").add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     try:
+        check_args(a)
         root = repo_root()
         if a.cmd == "rev":
             print(rev(root, a.name, a.index))

@@ -171,7 +171,8 @@ def locate(directory: Path, side: str, seed: int, key: str,
            shown: str | None = None, require_manifest: bool = False) -> tuple[Path, str, str]:
     """Find seed ``seed`` of ``side`` in a source directory, its manifest verified first.
 
-    Looks, in this order, for a records run ``<dir>/s<S>`` or ``<dir>/<side>/s<S>``,
+    Looks, in this order, for a records run ``<dir>/s<S>`` or ``<dir>/<side>/s<S>`` (the
+    latter made by ``side``, as its ``run.json`` must say),
     then the published layout: for the reference side
     ``ref_s<S>``, ``ajax/s<S>``, ``s<S>``; for the candidate ``ajax/s<S>``, ``s<S>``,
     ``ref_s<S>`` (each with ``evals.jsonl``).  Before any file of the run is read, its
@@ -200,7 +201,13 @@ def locate(directory: Path, side: str, seed: int, key: str,
     for p in (d / f"s{seed}", d / side / f"s{seed}"):
         if _is_records_run(p):
             manifest.verify(p, require_manifest, f"{n}/{p.relative_to(d).as_posix()}")
-            return p, "records", _made_by_records(p, key)
+            made = _made_by_records(p, key)
+            if p.parent.name == side and p.parent != d and made != side:
+                raise SideError(f"{key}: {n}/{side}/s{seed}/run.json: side {made!r}, but the "
+                                f"run stands under {side}/: a folder named after a side holds "
+                                f"that side's runs (a run of the other implementation stands "
+                                f"on a side as {n}/s{seed}, docs/SIDES.md)")
+            return p, "records", made
     pub = {"reference": (d / f"ref_s{seed}", "reference"),
            "ajax": (d / "ajax" / f"s{seed}", "candidate"),
            "flat": (d / f"s{seed}", "candidate")}
@@ -232,7 +239,9 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
       ``{side: Side}``; a ``run`` seed is ``results/<side>/s<S>`` (layout ``records``,
       made by ``side``; it need not exist yet), every other seed is found by
       :func:`locate`, its manifest verified (required: every run a directory source
-      names is kept with one).  ``run_dir`` values are relative to ``root`` (POSIX form).
+      names is kept with one).  Every manifest under a source directory, and the one of
+      a directory above it that covers it, is verified first
+      (:func:`dreamer_parity.manifest.verify_tree`).  ``run_dir`` values are relative to ``root`` (POSIX form).
 
     Raises:
       SideError / params.ParamsError: one line naming ``<side>.source``: a path outside
@@ -242,6 +251,7 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
     """
     root = Path(root)
     out = {}
+    trees = set()
     for side in sides:
         key = f"{side}.source"
         entries = []
@@ -255,6 +265,9 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
                 raise SideError(f"params: {key}: {src} is not a directory (the published "
                                 f"rounds are data/published/round1, round2 and round3), "
                                 f"or set {key}: run")
+            if src not in trees:    # every manifest under the source, once
+                manifest.verify_tree(d, src, top=root)
+                trees.add(src)
             run_dir, layout, made = locate(d, side, seed, f"params: {key}", src,
                                            require_manifest=True)
             entries.append(SeedSource(seed, src, run_dir.relative_to(root).as_posix(),
@@ -289,7 +302,7 @@ def side_from_dir(directory, side: str, seeds) -> Side:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.sides", description=__doc__,
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.sides", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml")
     sub = ap.add_subparsers(dest="cmd", required=True)

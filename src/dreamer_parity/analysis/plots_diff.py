@@ -20,6 +20,12 @@ The figure stacks: evaluation return (per argument, colour, and side, dash: the 
 seeds thick, each seed thin), S2 where any argument has it, and one panel per window
 metric with each argument's side mean and seed [min, max] band.  ``--spec-out FILE`` also
 writes the Vega-Lite spec with its data.
+
+Every CSV is read through the guarded reader (:func:`dreamer_parity.records.read_text`
+from disk; from git, its size asked first and the same cap applied), a row repeating
+another's key (``rows, side, seed`` of the evaluation curve) is refused naming both lines,
+and the arguments are checked before anything is read (:func:`check_args`).  Errors: one
+line ``error: ...`` on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dreamer_parity import records
+
 __all__ = ["PlotsDiffError", "resolve", "read_source", "spec", "render", "main", "TARGET",
-           "WINDOWS_DIR", "ENTROPY_CSV"]
+           "WINDOWS_DIR", "ENTROPY_CSV", "check_args", "MAX_REVS"]
 
 TARGET = "metrics/plots/eval_curve.csv"
 WINDOWS_DIR = "metrics/plots/windows"
@@ -48,6 +56,30 @@ class PlotsDiffError(RuntimeError):
 
 def _git(repo, *args) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+def _git_text(repo, rev: str, rel: str) -> str | None:
+    """``rev:rel`` as UTF-8 text, or None when absent; the guarded reader's checks on a
+    committed file: at most ``records.MAX_BYTES`` of its kind (asked of git before a byte
+    is read), UTF-8 (a byte that is not is named with its line)."""
+    from dreamer_parity import records
+
+    where = f"{rev[:12]}:{rel}"
+    size = _git(repo, "cat-file", "-s", f"{rev}:{rel}")
+    if size.returncode != 0:
+        return None
+    cap = records.MAX_BYTES[records.file_kind(rel)]
+    if int(size.stdout.strip() or 0) > cap:
+        raise PlotsDiffError(f"{where}: larger than {cap} bytes ({size.stdout.strip()} bytes; "
+                             f"the cap of a {records.file_kind(rel)} file)")
+    r = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=repo, capture_output=True)
+    if r.returncode != 0:
+        return None
+    try:
+        return r.stdout.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = r.stdout[:e.start].count(b"\n") + 1
+        raise PlotsDiffError(f"{where}:{line}: not UTF-8 text (byte {e.start})") from None
 
 
 def resolve(arg: str, repo=".") -> tuple[str, str]:
@@ -92,7 +124,14 @@ def _reader(kind: str, where: str, repo):
             return plots / Path(rel).relative_to("metrics/plots")
 
         def read(rel):
-            return path(rel).read_text() if path(rel).is_file() else None
+            from dreamer_parity import records
+
+            try:
+                return records.read_text(path(rel), str(path(rel)))
+            except FileNotFoundError:
+                return None
+            except records.RecordError as e:
+                raise PlotsDiffError(str(e)) from None
 
         def ls(rel):
             p = path(rel)
@@ -100,8 +139,7 @@ def _reader(kind: str, where: str, repo):
         return read, ls
 
     def read(rel):
-        r = _git(repo, "show", f"{where}:{rel}")
-        return r.stdout if r.returncode == 0 else None
+        return _git_text(repo, where, rel)
 
     def ls(rel):
         r = _git(repo, "ls-tree", "--name-only", f"{where}:{rel}")
@@ -109,11 +147,23 @@ def _reader(kind: str, where: str, repo):
     return read, ls
 
 
-def _rows(text: str, label: str, name: str) -> list[dict]:
+def _rows(text: str, label: str, name: str, key: tuple[str, ...] = ()) -> list[dict]:
+    """The CSV's rows as dicts; with ``key``, a second row with the same values of those
+    columns is refused, naming both lines (a table names each cell once)."""
     try:
-        return list(csv.DictReader(io.StringIO(text)))
+        rows = list(csv.DictReader(io.StringIO(text)))
     except csv.Error as e:
-        raise PlotsDiffError(f"{label}: {name}: not a CSV ({e})") from None
+        raise PlotsDiffError(f"{label}: {name}: not a CSV ({str(e)[:120]})") from None
+    if key:
+        seen = {}
+        for i, r in enumerate(rows, 2):
+            k = tuple(r.get(c) for c in key)
+            if k in seen:
+                raise PlotsDiffError(f"{label}: {name}:{i}: ({', '.join(key)}) = "
+                                     f"{', '.join(str(x)[:20] for x in k)} given twice "
+                                     f"(lines {seen[k]} and {i})")
+            seen[k] = i
+    return rows
 
 
 def _float(x):
@@ -143,7 +193,7 @@ def read_source(arg: str, repo=".", target: str = TARGET) -> dict:
     if text is None:
         raise PlotsDiffError(f"{arg}: no {target} there")
     ev = []
-    for r in _rows(text, arg, target):
+    for r in _rows(text, arg, target, ("rows", "side", "seed")):
         if not {"rows", "side", "seed", "eval_mean"} <= set(r):
             raise PlotsDiffError(f"{arg}: {target}: needs the columns rows, side, seed, eval_mean")
         x, y = _float(r["rows"]), _float(r["eval_mean"])
@@ -159,11 +209,11 @@ def read_source(arg: str, repo=".", target: str = TARGET) -> dict:
     if files:
         for name in sorted(files & set(by_file)):
             side, m = by_file[name]
-            for r in _rows(read(f"{WINDOWS_DIR}/{name}") or "", arg, name):
+            for r in _rows(read(f"{WINDOWS_DIR}/{name}") or "", arg, name, ("rows",)):
                 win.append(_window_row(arg, m, side, r))
     else:   # a round committed before the per-side windows: its entropy table
         text = read(ENTROPY_CSV)
-        for r in _rows(text or "", arg, ENTROPY_CSV):
+        for r in _rows(text or "", arg, ENTROPY_CSV, ("rows", "side")):
             win.append(_window_row(arg, WINDOW_METRICS[0], r.get("side"), r))
     win = [w for w in win if w["rows"] is not None and w["mean"] is not None]
     return {"label": arg, "eval": ev, "windows": win}
@@ -258,9 +308,46 @@ def render(revs: list[str], out, target: str = TARGET, repo=".", spec_out=None) 
     return [r for src in sources for r in src["eval"]]
 
 
+#: Most arguments one figure compares.
+MAX_REVS = 8
+
+
+def check_args(args) -> None:
+    """The command's arguments, before anything is read or computed: at most
+    :data:`MAX_REVS` revisions of at most 200 characters, ``--repo`` a directory,
+    ``--target`` a relative ``metrics/plots/...csv`` path without ``..``, ``--out`` a
+    ``.png`` or ``.svg`` file path and ``--spec-out`` a file path, neither an existing
+    directory (:func:`dreamer_parity.records.check_target`).
+
+    Raises:
+      PlotsDiffError: one line naming the argument.
+    """
+    from dreamer_parity import records
+
+    if len(args.revs) > MAX_REVS:
+        raise PlotsDiffError(f"{len(args.revs)} revisions, more than {MAX_REVS}")
+    bad = [r for r in args.revs if not r or len(r) > 200 or any(ord(c) < 32 for c in r)]
+    if bad:
+        raise PlotsDiffError(f"revision {bad[0][:80]!r}: empty, over 200 characters or a "
+                             f"control character")
+    t = args.target
+    if (not t.startswith("metrics/plots/") or not t.endswith(".csv") or ".." in t.split("/")
+            or "\\" in t or any(ord(c) < 32 for c in t) or len(t) > 200):
+        raise PlotsDiffError(f"--target {t[:80]!r}: a plot CSV of the round, "
+                             f"metrics/plots/<name>.csv (relative, no '..')")
+    try:
+        records.check_source(args.repo, "--repo", "dir")
+        records.check_target(args.out, "--out", "file", inside=False,
+                             suffixes=(".png", ".svg"))
+        if args.spec_out is not None:
+            records.check_target(args.spec_out, "--spec-out", "file", inside=False)
+    except records.RecordError as e:
+        raise PlotsDiffError(str(e)) from None
+
+
 def main(argv=None) -> int:
     """CLI; 0 on success, 2 when an argument resolves to nothing or has no data."""
-    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.analysis.plots_diff",
+    ap = records.ArgumentParser(prog="python -m dreamer_parity.analysis.plots_diff",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("revs", nargs="+", help="round names, directories, git revisions or "
@@ -271,6 +358,7 @@ def main(argv=None) -> int:
     ap.add_argument("--spec-out", default=None, help="also write the Vega-Lite spec with its data")
     args = ap.parse_args(argv)
     try:
+        check_args(args)
         rows = render(args.revs, args.out, args.target, args.repo, args.spec_out)
     except PlotsDiffError as e:
         print(f"error: {e}", file=sys.stderr)

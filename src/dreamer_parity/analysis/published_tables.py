@@ -49,6 +49,8 @@ REPORTS = ("round1/compare.md", "round2/pairE/compare.md", "round2/pairR/compare
 TABLE_FILE = "tables.csv"
 COLUMNS = ["source", "line", "section", "row", "column", "value"]
 CURVE_SECTION = "## Evaluation curve"
+#: The columns that name a cell: a second row naming the same cell is refused.
+CELL_KEY = ["source", "section", "row", "column"]
 #: Largest magnitude of a number in a cell (the bound of every number read,
 #: :data:`dreamer_parity.records.MAX_MAGNITUDE`).
 MAX_MAGNITUDE = 1e30
@@ -121,8 +123,9 @@ def read_table(path) -> pd.DataFrame:
     inside the repository, at most ``records.MAX_BYTES["csv"]``, UTF-8).
 
     Raises:
-      AnalysisError: missing file, a CSV that does not parse (naming its line), or other
-        columns than :data:`COLUMNS`;
+      AnalysisError: missing file, a CSV that does not parse (naming its line), other
+        columns than :data:`COLUMNS`, or two rows naming one cell (:data:`CELL_KEY`,
+        naming both lines);
       records.RecordError: the manifest is missing or does not verify, or the guarded
         reader refuses the file (one line naming it).
     """
@@ -144,6 +147,13 @@ def read_table(path) -> pd.DataFrame:
         raise AnalysisError(f"{display_path(path)}:1: columns {list(df.columns)}, "
                             f"expected {COLUMNS}")
     df["csv_line"] = np.arange(2, len(df) + 2)
+    dup = df.duplicated(CELL_KEY, keep=False)
+    if dup.any():
+        first = df[dup].iloc[0]
+        same = df[dup & (df[CELL_KEY] == first[CELL_KEY]).all(axis=1)]["csv_line"].tolist()
+        raise AnalysisError(f"{name}:{same[1]}: the cell ({', '.join(str(first[c])[:40] for c in CELL_KEY)}) "
+                            f"given twice (lines {same[0]} and {same[1]}); a table names each "
+                            f"cell once")
     return df
 
 

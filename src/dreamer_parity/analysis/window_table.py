@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 from dreamer_parity.records import RecordError, read_records
+from dreamer_parity import params as P
+from dreamer_parity import records
 
 __all__ = ["DEFAULT_METRICS", "table", "main"]
 
@@ -82,8 +84,16 @@ def table(runs: list[tuple[str, list[dict]]], metrics, rows=None) -> str:
     return "\n".join(lines)
 
 
+#: Most runs one table shows (a record row asked for lies in 0..params.MAX_ROWS, the
+#: protocol's largest round).
+MAX_RUNS = 16
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    """CLI: the table on stdout; exit 2 with one line ``error: ...`` for a bad argument
+    (a label given twice, over 40 characters; a run that is not a directory; a row outside
+    0..MAX_ROWS; more than MAX_RUNS runs) before any run is read, or a refused run."""
+    ap = records.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", type=_parse_run, metavar="LABEL=RUN_DIRECTORY",
                     help="a finished run directory of the records schema (DONE.json)")
@@ -94,6 +104,22 @@ def main(argv=None) -> int:
     labels = [label for label, _ in args.runs]
     if len(set(labels)) != len(labels):
         ap.error(f"labels must differ: {labels}")
+    try:      # every argument before any run is read
+        records.check_range(len(args.runs), "runs: count of", 1, MAX_RUNS)
+        for label, path in args.runs:
+            if len(label) > 40 or any(ord(c) < 32 for c in label):
+                raise RecordError(f"label {label[:40]!r}: at most 40 printable characters")
+            records.check_source(path, f"{label}=", "dir")
+        for r in args.rows or []:
+            records.check_range(r, "--rows", 0, P.MAX_ROWS)
+        records.check_range(len(args.metrics), "--metrics: count of", 1, 64)
+        bad = [m for m in args.metrics if not m or len(m) > 80 or any(ord(c) < 32 for c in m)]
+        if bad:
+            raise RecordError(f"--metrics {bad[0][:80]!r}: a metric name of 1 to 80 printable "
+                              f"characters")
+    except RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     loaded = []
     for label, path in args.runs:      # every run read and checked before anything prints
         try:
