@@ -95,9 +95,13 @@ def _files_at(rev: str, src: str) -> dict[str, bytes]:
     return out
 
 
-def _assert_same_runs(commit: str, src: str) -> None:
-    then, now = _files_at(commit, src), _files_at("HEAD", src)
-    assert then and then == now, f"{src}: differs between {commit[:12]} and HEAD"
+def _assert_same_runs(commit: str, src: str, seeds) -> None:
+    """The runs of ``seeds`` under ``src`` are byte-identical at ``commit`` and at HEAD (a
+    kept-runs folder may gain seeds later; the runs a round read never change)."""
+    for seed in seeds:
+        run = f"{src}/s{seed}"
+        then, now = _files_at(commit, run), _files_at("HEAD", run)
+        assert then and then == now, f"{run}: differs between {commit[:12]} and HEAD"
 
 
 def test_kept_runs_are_stored_compressed():
@@ -134,7 +138,7 @@ def test_the_decode_ref_round_is_kept_from_data_runs():
 @pytest.mark.parametrize("name,commit,side,src,seeds", KEPT_SIDES,
                          ids=[f"{n}-{s}-{Path(d).name}" for n, _, s, d, _ in KEPT_SIDES])
 def test_kept_round_scores_from_its_kept_runs(name, commit, side, src, seeds):
-    _assert_same_runs(commit, src)
+    _assert_same_runs(commit, src, seeds)
     summary = json.loads(_git("show", f"{commit}:metrics/summary.json"))
     assert seeds and all(f"LATE.{side}.s{seed}" in summary for seed in seeds)
     for seed in seeds:
