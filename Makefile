@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
+.PHONY: plots-template setup venv reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
 
 venv: $(STAMP)
 
@@ -79,6 +79,14 @@ bench: venv reference-setup
 # (about 15-20 minutes of both cores once the caches are warm; needs reference-setup).
 bench-ratio: venv reference-setup
 	$(PY) benchmarks/pair_ratio.py --pairs 3
+
+# DVC's HTML template with Vega inline (.dvc/plots/offline.html, plots.html_template in
+# .dvc/config): `dvc plots show` and `dvc plots diff` render without network.  Rebuilt from
+# the npm packages at these versions (needs npm and the npm registry).
+VEGA_PACKAGES := vega@5.33.1 vega-lite@5.23.0 vega-embed@6.29.0
+plots-template:
+	@d=$$(mktemp -d) && (cd $$d && npm pack -q $(VEGA_PACKAGES) >/dev/null) && \
+	  python3 tools/vega_template.py $$d; s=$$?; rm -rf $$d; exit $$s
 
 # A git tag per kept round of docs/rounds/index.yaml (FORCE=1 moves a tag that differs),
 # so that `dvc metrics diff <round> <round>` takes round names (docs/rounds/README.md).
