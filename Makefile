@@ -93,16 +93,15 @@ plots-template:
 round-tags: venv
 	$(PY) -m dreamer_parity.rounds tag $(if $(FORCE),--force)
 
-# The wheels the device machines lack and the TPU machine's index does not hold (gymnax, what
-# it needs, seaborn; about 2.1 MiB) into the git-ignored .accel-wheels/, for
-# benchmarks/device_env.sh and benchmarks/accel_check.py there: the device call carries
-# [".accel-wheels"].
+# The wheels an accelerator machine lacks and the TPU machine's index does not hold (gymnax,
+# what it needs, seaborn; about 2.1 MiB) into the git-ignored .accel-wheels/, to be copied
+# there with the working tree for benchmarks/device_env.sh and benchmarks/accel_check.py.
 accel-wheels: venv
 	$(PY) benchmarks/accel_check.py --download-wheels
 
-# What a device call carries to run the reference on the lent TPU machine, into the
-# git-ignored .tpu-ref/: the wheels that machine lacks for reference.jax 0.10.2 and the export
-# of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine"): carry [".tpu-ref"].
+# What the reference needs on a TPU machine, into the git-ignored .tpu-ref/, to be copied
+# there with the working tree: the wheels that machine lacks for reference.jax 0.10.2 and the
+# export of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine").
 tpu-reference: venv
 	$(PY) benchmarks/device_reference.py --prepare .tpu-ref
 
