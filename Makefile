@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup venv reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
+.PHONY: plots-template setup venv reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
 
 venv: $(STAMP)
 
@@ -80,21 +80,28 @@ bench: venv reference-setup
 bench-ratio: venv reference-setup
 	$(PY) benchmarks/pair_ratio.py --pairs 3
 
+# DVC's HTML template with Vega inline (.dvc/plots/offline.html, plots.html_template in
+# .dvc/config): `dvc plots show` and `dvc plots diff` render without network.  Rebuilt from
+# the npm packages at these versions (needs npm and the npm registry).
+VEGA_PACKAGES := vega@5.33.1 vega-lite@5.23.0 vega-embed@6.29.0
+plots-template:
+	@d=$$(mktemp -d) && (cd $$d && npm pack -q $(VEGA_PACKAGES) >/dev/null) && \
+	  python3 tools/vega_template.py $$d; s=$$?; rm -rf $$d; exit $$s
+
 # A git tag per kept round of docs/rounds/index.yaml (FORCE=1 moves a tag that differs),
 # so that `dvc metrics diff <round> <round>` takes round names (docs/rounds/README.md).
 round-tags: venv
 	$(PY) -m dreamer_parity.rounds tag $(if $(FORCE),--force)
 
-# The wheels the device machines lack and the TPU machine's index does not hold (gymnax, what
-# it needs, seaborn; about 2.1 MiB) into the git-ignored .accel-wheels/, for
-# benchmarks/device_env.sh and benchmarks/accel_check.py there: the device call carries
-# [".accel-wheels"].
+# The wheels an accelerator machine lacks and the TPU machine's index does not hold (gymnax,
+# what it needs, seaborn; about 2.1 MiB) into the git-ignored .accel-wheels/, to be copied
+# there with the working tree for benchmarks/device_env.sh and benchmarks/accel_check.py.
 accel-wheels: venv
 	$(PY) benchmarks/accel_check.py --download-wheels
 
-# What a device call carries to run the reference on the lent TPU machine, into the
-# git-ignored .tpu-ref/: the wheels that machine lacks for reference.jax 0.10.2 and the export
-# of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine"): carry [".tpu-ref"].
+# What the reference needs on a TPU machine, into the git-ignored .tpu-ref/, to be copied
+# there with the working tree: the wheels that machine lacks for reference.jax 0.10.2 and the
+# export of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine").
 tpu-reference: venv
 	$(PY) benchmarks/device_reference.py --prepare .tpu-ref
 

@@ -126,3 +126,32 @@ def test_missing_target_is_one_line_exit_2(repo, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no metrics/plots/eval_curve.csv there" in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_lines_identical_at_two_rounds_are_drawn_once_and_named_for_both():
+    """Two rounds against the same published reference: the reference's lines are one
+    series labelled 'a = b' (not one drawn over the other), the candidates stay apart."""
+    def ev(rev, side, level):
+        return [{"rev": rev, "rows": float(r), "side": side, "seed": str(s),
+                 "eval_mean": level + r / 100 + s, "s2": None}
+                for s in (0, 1) for r in (400, 800)]
+
+    def win(rev, side, level):
+        return [{"rev": rev, "metric": "val/std", "side": side, "rows": 800.0,
+                 "mean": level, "lo": level / 2, "hi": level * 2}]
+    sources = [{"label": "a", "eval": ev("a", "reference", 10) + ev("a", "candidate", 20),
+                "windows": win("a", "reference", 0.1) + win("a", "candidate", 0.2)},
+               {"label": "b", "eval": ev("b", "reference", 10) + ev("b", "candidate", 30),
+                "windows": win("b", "reference", 0.1) + win("b", "candidate", 0.3)}]
+    s = plots_diff.spec(sources, "a vs b")
+    evals = s["vconcat"][0]["data"]["values"]
+    assert sorted({(r["rev"], r["side"]) for r in evals}) == [
+        ("a", "candidate"), ("a = b", "reference"), ("b", "candidate")]
+    assert len(evals) == 12                 # 4 reference rows once, 4 + 4 candidate rows
+    wins = next(c for c in s["vconcat"] if c["title"].startswith("val/std"))["data"]["values"]
+    assert sorted((r["rev"], r["side"], r["mean"]) for r in wins) == [
+        ("a", "candidate", 0.2), ("a = b", "reference", 0.1), ("b", "candidate", 0.3)]
+    # one differing value keeps the two rounds' lines apart
+    sources[1]["eval"][0] = {**sources[1]["eval"][0], "eval_mean": 99.0}
+    evals = plots_diff.spec(sources, "a vs b")["vconcat"][0]["data"]["values"]
+    assert {r["rev"] for r in evals if r["side"] == "reference"} == {"a", "b"}

@@ -316,3 +316,69 @@ def test_dvc_metrics_diff_by_round_name_in_a_clone(tmp_path):
     assert r3.returncode == 0, r3.stderr
     assert json.loads(r3.stdout)["metrics/summary.json"]["S2.candidate.s0"]["old"] == \
         pytest.approx(123.32222222222221)
+
+
+def test_rounds_table_prints_every_kept_round_within_120_columns():
+    """`python -m dreamer_parity.rounds table`: one line per kept round, read from each
+    round's committed summary.json through git, the numbers README quotes."""
+    if git(REPO, "rev-parse", "--is-shallow-repository") == "true":
+        pytest.skip("shallow clone: the kept rounds' commits are not here (git fetch --unshallow)")
+    r = subprocess.run([sys.executable, "-m", "dreamer_parity.rounds", "table"], cwd=REPO,
+                       capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines == rounds.table(REPO)
+    idx = rounds.load_index(REPO)
+    assert len(lines) == 1 + len(idx) and max(len(x) for x in lines) <= 120
+    assert lines[0].split()[:4] == ["round", "decode", "stat", "n"]
+    rows = {x.split()[0]: x.split() for x in lines[1:]}
+    assert list(rows) == list(idx)
+    assert rows["round3-candidate"] == ["round3-candidate", "exact", "LATE", "5/5", "287.6",
+                                        "312.7", "-25.1", "[-77.2,", "27.0]", "0.386", "pass",
+                                        "inconclusive"]
+    assert rows["round3-candidate-ref"][1:6] == ["ref", "LATE", "5/5", "285.8", "312.7"]
+    assert rows["round3-ref-tpu-windows"][3] == "10/5"
+    assert rows["round3-ref-tpu"][-1] == "deficit"
+    # round 1 pre-registers S1 and has one seed a side: no interval, no Welch test, no gate
+    assert rows["round1-reference-s0"] == ["round1-reference-s0", "exact", "S1", "1/1", "229.4",
+                                           "357.6", "-128.2", "-", "-", "no", "gate", "-"]
+
+
+def test_headline_metrics_are_the_summary_s_and_the_only_dvc_metrics():
+    """metrics/headline.json at HEAD is metrics_out.headline of HEAD's summary.json, and
+    dvc.yaml declares it as the only metrics file (the full summary stays a plain output)."""
+    import yaml
+
+    from dreamer_parity.analysis import metrics_out
+    summary = json.loads((REPO / "metrics" / "summary.json").read_text())
+    head = json.loads((REPO / "metrics" / "headline.json").read_text())
+    assert head == metrics_out.headline(summary)
+    assert set(head) == set(metrics_out.HEADLINE_KEYS)
+    assert (head["statistic"], head["candidate.n"], head["reference.n"], head["gate"],
+            head["reading"]) == ("LATE", 5, 5, "pass", "inconclusive")
+    assert head["ci90.lo"] == summary["addition.tost.ci_lo"] == pytest.approx(-77.19234660)
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    declared = [next(iter(m)) if isinstance(m, dict) else m
+                for st in stages.values() for m in (st.get("do", st).get("metrics") or [])]
+    assert declared == ["metrics/headline.json"]
+    # a summary without the keys (a round that failed early) still gives every key
+    bare = metrics_out.headline({})
+    assert set(bare) == set(metrics_out.HEADLINE_KEYS) and bare["candidate.mean"] is None
+    assert (bare["statistic"], bare["candidate.n"], bare["gate"]) == ("LATE", 0, "no gate")
+
+
+def test_dvc_exp_show_fits_80_columns():
+    """`dvc exp show --csv` at HEAD: its own columns, the dependencies, the parameters and
+    the headline metrics, at most 80 columns."""
+    import csv
+    import io
+    dvc = REPO / ".venv" / "bin" / "dvc"
+    if not dvc.exists():
+        pytest.skip("no .venv/bin/dvc: run `make venv`")
+    r = subprocess.run([str(dvc), "exp", "show", "--csv"], cwd=REPO, capture_output=True,
+                       text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    header = next(csv.reader(io.StringIO(r.stdout)))
+    assert len(header) <= 80, len(header)
+    assert {"candidate.mean", "reference.mean", "ci90.lo", "ci90.hi", "reading", "decode"} <= set(header)
+    assert not any(h.startswith(("LATE.", "entropy.", "lockstep_")) for h in header)

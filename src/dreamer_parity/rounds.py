@@ -14,6 +14,7 @@ round3-candidate) HEAD`` where they do not (a clone or an archive that dropped t
     python -m dreamer_parity.rounds tag [--force]   # a git tag per entry (make round-tags)
     python -m dreamer_parity.rounds latest NAME     # the rule below, for NAME
     python -m dreamer_parity.rounds pin NAME        # set NAME's commit to `latest NAME`
+    python -m dreamer_parity.rounds table           # every kept round's headline numbers
 
 The index file (YAML; a mapping, comments allowed)::
 
@@ -21,6 +22,13 @@ The index file (YAML; a mapping, comments allowed)::
       commit: '<40 hex>'    # the commit that holds the round (quoted: YAML reads
                             # a hash of digits only as a number)
       about: <one line>     # what the round is
+
+``table`` prints one line per kept round (at most 120 characters), read from the round's
+committed ``metrics/summary.json`` and ``params.yaml`` through git (the workspace is not
+read): round, the candidate's ``decode``, the primary statistic, each side's number of
+seeds, each side's mean, the difference (candidate - reference) with its 90% interval,
+Welch's p, the gate's verdict and the reading of the interval
+(:func:`dreamer_parity.analysis.metrics_out.headline`).
 
 ``check`` verifies per entry: the commit exists and is an ancestor of HEAD; its
 ``params.yaml`` names the round; it holds ``dvc.lock`` and ``docs/rounds/<name>.md``;
@@ -51,7 +59,7 @@ import yaml
 from dreamer_parity import records
 
 __all__ = ["RoundsError", "INDEX", "NAME_RE", "load_index", "rev", "latest", "check",
-           "make_tags", "pin", "main"]
+           "make_tags", "pin", "table", "main"]
 
 #: The index, relative to the repository root.
 INDEX = "docs/rounds/index.yaml"
@@ -347,6 +355,43 @@ def check_args(a) -> None:
         raise RoundsError(f"round name {bad[0][:80]!r}: not a plain name (letters, digits, "
                           f"'-', '_'; at most 64)")
 
+_TABLE_HEAD = ("round", "decode", "stat", "n c/r", "cand", "ref", "diff", "90% interval",
+               "Welch p", "gate", "reading")
+
+
+def table(root, path: str = INDEX) -> list[str]:
+    """Every kept round's headline numbers, one line each after a header line (at most
+    120 characters a line; numbers in evaluation-return units to one decimal, p to three;
+    ``-`` where the round has no value, e.g. no Welch test with one seed a side).
+
+    Raises:
+      RoundsError: the index is malformed, or an entry's commit lacks
+      ``metrics/summary.json`` or ``params.yaml`` (one line naming the round).
+    """
+    from dreamer_parity.analysis.metrics_out import headline
+
+    def num(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    rows = [_TABLE_HEAD]
+    for name, e in load_index(root, path).items():
+        text = _git(root, "show", f"{e['commit']}:{SUMMARY}", check=False)
+        ptext = _git(root, "show", f"{e['commit']}:params.yaml", check=False)
+        if not text or not ptext:
+            raise RoundsError(f"{name} ({e['commit'][:12]}): no {SUMMARY} or params.yaml "
+                              f"in the commit")
+        h = headline(json.loads(text))
+        decode = (yaml.safe_load(ptext) or {}).get("decode", "-")
+        ci = ("-" if h["ci90.lo"] is None else
+              f"[{h['ci90.lo']:.1f}, {h['ci90.hi']:.1f}]")
+        rows.append((name, str(decode), h["statistic"],
+                     f"{h['candidate.n']}/{h['reference.n']}", num(h["candidate.mean"], ".1f"),
+                     num(h["reference.mean"], ".1f"), num(h["diff"], "+.1f"), ci,
+                     num(h["welch_p"], ".3f"), h["gate"], h["reading"] or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_TABLE_HEAD))]
+    right = {3, 4, 5, 6, 8}
+    return [" ".join(c.rjust(w) if i in right else c.ljust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+
 
 def main(argv=None) -> int:
     """CLI entry point (see the module docstring); returns the exit status."""
@@ -355,6 +400,7 @@ def main(argv=None) -> int:
     ap.add_argument("--index", default=INDEX, help="the index, relative to the repository root")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="the kept rounds")
+    sub.add_parser("table", help="every kept round's headline numbers")
     for cmd, text in (("rev", "print a kept round's commit"), ("latest", "the rule's commit"),
                       ("pin", "set a round's commit to the rule's")):
         sub.add_parser(cmd, help=text).add_argument("name")
@@ -378,6 +424,8 @@ def main(argv=None) -> int:
             if c is None:
                 raise RoundsError(f"{a.name}: no commit in HEAD's history changed {SUMMARY}")
             print(c)
+        elif a.cmd == "table":
+            print("\n".join(table(root, a.index)))
         elif a.cmd == "pin":
             print(pin(root, a.name, a.index))
         elif a.cmd == "tag":

@@ -14,7 +14,8 @@ The sides are those of params.yaml, resolved by :func:`dreamer_parity.sides.reso
 by :func:`dreamer_parity.sides.locate`), for an analysis outside the pipeline.
 
 Outputs (fixed names): ``<metrics>/summary.json`` (flat keys, no NaN: null plus a
-``.reason`` key), ``<metrics>/windows.json``, ``<plots>/windows/*.csv`` and
+``.reason`` key), ``<metrics>/headline.json`` (its headline numbers,
+:func:`metrics_out.headline`), ``<metrics>/windows.json``, ``<plots>/windows/*.csv`` and
 ``<plots>/windows.png`` (each side's own training-metric windows, :mod:`windows`),
 ``<plots>/eval_curve.csv``, ``<plots>/entropy_windows.csv``,
 ``<plots>/eval_curves.png``, ``<plots>/s2_curve.png``, ``<plots>/entropy_windows.png``,
@@ -216,10 +217,12 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
 
 def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None,
                   notes: list[str] | None = None, figures: bool = True) -> None:
-    """Write summary.json, the plot CSVs, the PNG figures and the report (atomically)."""
+    """Write summary.json, headline.json, the plot CSVs, the PNG figures and the report
+    (atomically)."""
     from dreamer_parity.analysis import metrics_out, report
     from dreamer_parity.analysis import windows
-    metrics_out.write_summary(result, Path(metrics_dir) / "summary.json")
+    s = metrics_out.write_summary(result, Path(metrics_dir) / "summary.json")
+    records.write_json(Path(metrics_dir) / "headline.json", metrics_out.headline(s))
     metrics_out.write_plot_data(result, Path(plots_dir))
     if "side_windows" in result:
         from dreamer_parity.analysis.plots import caption

@@ -26,6 +26,10 @@ and the labelled additions ``addition.*``
 ``addition.collapse.<side>.s<seed>`` with ``.best``, ``.best_row``, ``.final``).  Every
 null value has a ``*.reason`` key.
 
+``headline.json`` (:func:`headline`) holds a round's headline numbers only, the file
+``dvc.yaml`` declares as the round's DVC metrics (``dvc metrics show``, ``dvc exp show``);
+``summary.json`` and ``windows.json`` are read with ``--targets``.
+
 ``plots/eval_curve.csv``: ``rows, side, seed, eval_mean, s2`` (one row per evaluation
 point and seed; ``s2`` empty when undefined or not available).
 ``plots/entropy_windows.csv``: ``rows, side, mean, lo, hi, overlap``.
@@ -43,7 +47,7 @@ import pandas as pd
 from dreamer_parity import records
 from dreamer_parity.analysis import stats
 
-__all__ = ["summary", "write_summary", "missing_reasons", "write_plot_data", "eval_curve_frame", "entropy_frame",
+__all__ = ["summary", "write_summary", "headline", "HEADLINE_KEYS", "missing_reasons", "write_plot_data", "eval_curve_frame", "entropy_frame",
            "atomic_text", "source_rows", "source_keys", "platform_parts", "platform_text",
            "seed_ranges"]
 
@@ -323,6 +327,39 @@ def write_summary(result: dict, path) -> dict:
     assert not bad, f"summary.json: null without a reason: {bad}"
     records.write_json(path, s)
     return s
+
+
+#: The keys of ``headline.json``, in the order the rounds table prints them.
+HEADLINE_KEYS = ("statistic", "candidate.n", "reference.n", "candidate.mean", "reference.mean",
+                 "diff", "ci90.lo", "ci90.hi", "welch_p", "gate", "reading")
+
+
+def headline(s: dict) -> dict:
+    """A round's headline numbers from its ``summary.json`` dict (any kept round's).
+
+    The statistic is the round's primary one (``addition.primary``: ``LATE``, or ``S1``
+    where the round pre-registers no late stretch; ``LATE`` when the summary predates
+    that key).  Keys (:data:`HEADLINE_KEYS`): ``statistic`` (str); ``candidate.n``,
+    ``reference.n`` (int, the side's seeds that have a value of the statistic);
+    ``candidate.mean``, ``reference.mean``, ``diff`` (candidate - reference), in
+    evaluation-return units (float); ``ci90.lo``, ``ci90.hi`` (float, the 90% Welch
+    interval of the difference: ``addition.tost.ci_lo/ci_hi``); ``welch_p`` (float);
+    ``gate`` (str, ``gate.verdict``; ``no gate`` where the summary has none);
+    ``reading`` (str, ``addition.tost.reading``: equivalent, deficit, candidate ahead or
+    inconclusive).  A value the summary does not hold is None (its ``.reason`` is in the
+    summary).  Pure: reads nothing else; never raises on a summary dict.
+    """
+    stat = s.get("addition.primary") or "LATE"
+
+    def n(side):
+        return sum(1 for k, v in s.items() if k.startswith(f"{stat}.{side}.s")
+                   and k[len(f"{stat}.{side}.s"):].isdigit() and v is not None)
+    return {"statistic": stat, "candidate.n": n("candidate"), "reference.n": n("reference"),
+            "candidate.mean": s.get(f"{stat}.candidate.mean"),
+            "reference.mean": s.get(f"{stat}.reference.mean"), "diff": s.get(f"{stat}.diff"),
+            "ci90.lo": s.get("addition.tost.ci_lo"), "ci90.hi": s.get("addition.tost.ci_hi"),
+            "welch_p": s.get(f"{stat}.welch_p"), "gate": s.get("gate.verdict") or "no gate",
+            "reading": s.get("addition.tost.reading")}
 
 
 def eval_curve_frame(result: dict) -> pd.DataFrame:

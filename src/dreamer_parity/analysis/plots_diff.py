@@ -18,7 +18,9 @@ S2 per side and seed), each side's window CSVs ``metrics/plots/windows/<side>_<m
 
 The figure stacks: evaluation return (per argument, colour, and side, dash: the mean over
 seeds thick, each seed thin), S2 where any argument has it, and one panel per window
-metric with each argument's side mean and seed [min, max] band.  ``--spec-out FILE`` also
+metric with each argument's side mean and seed [min, max] band.  A line whose data are
+the same at several arguments (e.g. the published reference two rounds share) is drawn
+once and labelled ``A = B``, so that no round's line hides another's.  ``--spec-out FILE`` also
 writes the Vega-Lite spec with its data.
 
 Every CSV is read through the guarded reader (:func:`dreamer_parity.records.read_text`
@@ -41,8 +43,8 @@ from pathlib import Path
 
 from dreamer_parity import records
 
-__all__ = ["PlotsDiffError", "resolve", "read_source", "spec", "render", "main", "TARGET",
-           "WINDOWS_DIR", "ENTROPY_CSV", "check_args", "MAX_REVS"]
+__all__ = ["PlotsDiffError", "resolve", "read_source", "merge_identical", "spec", "render",
+           "main", "TARGET", "WINDOWS_DIR", "ENTROPY_CSV", "check_args", "MAX_REVS"]
 
 TARGET = "metrics/plots/eval_curve.csv"
 WINDOWS_DIR = "metrics/plots/windows"
@@ -256,14 +258,47 @@ def _window_chart(rows: list[dict], metric: str) -> dict:
                               "y": {"field": "mean", "type": "quantitative", "scale": scale}}}]}
 
 
+def merge_identical(rows: list[dict], group: tuple[str, ...]) -> list[dict]:
+    """Series identical at several arguments, kept once under a joint label.
+
+    A series is the rows of one ``rev`` and one value of the ``group`` fields (e.g. a
+    side); where two or more arguments hold the same series (the same rows, every field
+    but ``rev`` equal; e.g. two rounds that share the published reference), the first
+    one's rows are kept with ``rev`` set to ``"A = B"`` and the copies dropped, so that
+    no line is drawn over another of the same data and the legend names both.  Order of
+    the rows is kept otherwise.  Pure; ``rows`` as :func:`read_source` gives them.
+    """
+    series: dict[tuple, list[dict]] = {}
+    for r in rows:
+        series.setdefault((r["rev"], *(r.get(g) for g in group)), []).append(r)
+
+    def content(rs):
+        return tuple(sorted(tuple(sorted((k, str(v)) for k, v in r.items() if k != "rev"))
+                            for r in rs))
+    first: dict[tuple, tuple] = {}      # (group values, content) -> key of the first series
+    label: dict[tuple, list[str]] = {}
+    for key, rs in series.items():
+        k = (key[1:], content(rs))
+        first.setdefault(k, key)
+        label.setdefault(first[k], []).append(key[0])
+    out = []
+    for key, rs in series.items():
+        if key in label:
+            joint = " = ".join(label[key])
+            out += [{**r, "rev": joint} for r in rs] if len(label[key]) > 1 else rs
+    return out
+
+
 def spec(sources: list[dict], title: str, caption: str = "") -> dict:
-    """Vega-Lite spec: evaluation return, S2 where present, then each window metric."""
-    ev = [r for s in sources for r in s["eval"]]
+    """Vega-Lite spec: evaluation return, S2 where present, then each window metric.
+    Lines identical at several arguments are drawn once, labelled ``A = B``
+    (:func:`merge_identical`)."""
+    ev = merge_identical([r for s in sources for r in s["eval"]], ("side",))
     charts = [_curves(ev, "eval_mean", "evaluation return")]
     s2 = [{**r, "s2": r["s2"]} for r in ev if r["s2"] is not None]
     if s2:
         charts.append(_curves(s2, "s2", "S2 (training-episode rolling mean; sides that have it)"))
-    win = [r for s in sources for r in s["windows"]]
+    win = merge_identical([r for s in sources for r in s["windows"]], ("metric", "side"))
     from dreamer_parity.analysis.windows import WINDOW_METRICS
     for m in WINDOW_METRICS:
         rows = [r for r in win if r["metric"] == m]
@@ -275,7 +310,8 @@ def spec(sources: list[dict], title: str, caption: str = "") -> dict:
         sub.insert(0, f"no training-metric windows at {', '.join(missing)}")
     return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
             "title": {"text": title, "subtitle": sub}, "vconcat": charts,
-            "resolve": {"scale": {"color": "shared"}}, "config": {"background": "white"}}
+            "resolve": {"scale": {"color": "shared"}},
+            "config": {"background": "white", "legend": {"labelLimit": 480}}}
 
 
 def render(revs: list[str], out, target: str = TARGET, repo=".", spec_out=None) -> list[dict]:
