@@ -14,6 +14,16 @@ A side's source in params.yaml is one of
 ``[{from: run | <dir>, seeds: [..]}, ...]``
     The side's seeds taken from several places; each seed of the side exactly once.
 
+Kept runs made with the round's parameters: a directory of records runs holds runs made
+with some parameters (each run's ``run.json``).  When the runs a directory source names
+were made with other parameters than the round's (another ``decode``, rows, evaluation
+points, sampler, or for the reference's own runs another ``reference.jax``, ``platform`` or
+``precision``: :func:`disagreements`), :func:`resolve` takes instead the one directory of
+:data:`KEPT_RUNS` whose runs of those seeds were made with the round's parameters, so that
+``dvc exp run -S decode=ref`` reads the kept ``decode: ref`` runs.  When no directory
+there matches, or several do, it stops with one line saying the two ways on: run the side
+here (``-S <side>.source=run``) or name the kept runs (``-S <side>.source=<dir>``).
+
 A side's seeds are :func:`dreamer_parity.params.side_seeds`: the round's ``seeds`` for the
 reference side, ``candidate.seeds`` (where it names the candidate's own list) or ``seeds``
 for the candidate; the two sides may differ in number.
@@ -45,12 +55,20 @@ from dreamer_parity import params as P
 from dreamer_parity import records
 
 __all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir", "seed_sources",
-           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN", "published_round_dir"]
+           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN", "published_round_dir",
+           "KEPT_RUNS", "disagreements", "matching_kept_runs"]
 
 #: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
 RESULTS = "results"
 #: The marker a stage writes for a seed it does not run (no DONE.json: not a run).
 STAND_IN = "STAND_IN.json"
+#: The directory whose subdirectories are the kept runs (``python -m dreamer_parity.keep``),
+#: searched by :func:`matching_kept_runs`; relative to the repository root.
+KEPT_RUNS = "data/runs"
+#: The reference's execution parameters a reference-made run on the reference side must
+#: have been made with, and the value a run that records none was made with (runs from
+#: before ``reference.jax``, ``platform`` and ``precision`` existed ran with these).
+_REFERENCE_EXECUTION = {"jax": "0.4.26", "platform": "cpu", "precision": "default"}
 
 
 class SideError(ValueError):
@@ -219,6 +237,89 @@ def locate(directory: Path, side: str, seed: int, key: str,
         f"{n}/ajax/s{seed}/evals.jsonl; docs/SIDES.md)")
 
 
+def disagreements(run_dir, params: dict, side: str, seed: int, made_by: str) -> list[str]:
+    """How a records run was made otherwise than the round asks: ``["<name> <recorded> !=
+    <expected>", ...]``, empty when it was made with the round's parameters.
+
+    The protocol parameters of :func:`dreamer_parity.records.protocol_disagreements` (seed,
+    profile, rows, evaluation points and episodes, decode, the reference's sampler) and,
+    for a run the reference made standing on the reference side, ``reference.jax``,
+    ``platform`` and ``precision`` (recorded in its ``run.json`` ``args``; a run recording
+    none ran with 0.4.26 on the CPU at jax's default precision).
+
+    Raises:
+      records.RecordError: a malformed ``run.json`` (naming the file and field).
+    """
+    info = records.read_run_info(Path(run_dir) / "run.json")
+    wrong, _ = records.protocol_disagreements(params, side, seed, info, made_by)
+    if made_by == "reference" and side == "reference":
+        args = info.get("args") if isinstance(info.get("args"), dict) else {}
+        for name, default in _REFERENCE_EXECUTION.items():
+            got, want = args.get(name, default), params["reference"][name]
+            if got != want:
+                wrong.append(f"reference.{name} {repr(got)[:40]} != {want!r}")
+    return wrong
+
+
+def matching_kept_runs(params: dict, side: str, seeds, root: str | Path = ".",
+                       exclude: str | None = None) -> list[str]:
+    """The directories of :data:`KEPT_RUNS` that hold a records run of every seed of
+    ``seeds`` for ``side``, each made with the round's parameters (:func:`disagreements`
+    empty); relative POSIX paths, sorted by name.
+
+    Args:
+      params: validated params; side: the side the runs would stand on; seeds: its seeds
+        to be taken from one directory; root: the repository root; exclude: a directory
+        (relative, as params names it) not to consider.
+
+    Only ``run.json`` of each candidate run is read (the manifest is verified by
+    :func:`locate` once a directory is taken).  A directory whose ``run.json`` is malformed
+    is not a match.
+    """
+    base = Path(root) / KEPT_RUNS
+    if not base.is_dir():
+        return []
+    out = []
+    for d in sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink()):
+        rel = d.relative_to(root).as_posix()
+        if rel == exclude:
+            continue
+        ok = True
+        for seed in seeds:
+            run = d / f"s{seed}"
+            if not (run / "run.json").is_file():
+                ok = False
+                break
+            try:
+                made = _made_by_records(run, "")
+                if disagreements(run, params, side, seed, made):
+                    ok = False
+            except (SideError, records.RecordError):
+                ok = False
+            if not ok:
+                break
+        if ok:
+            out.append(rel)
+    return out
+
+
+def _kept_instead(params: dict, side: str, src: str, seeds: list[int], root: Path,
+                  wrong: str) -> str:
+    """The directory that replaces ``src`` for ``seeds`` of ``side`` (module docstring:
+    kept runs made with the round's parameters), or SideError in one line."""
+    key = f"{side}.source"
+    found = matching_kept_runs(params, side, seeds, root, exclude=src)
+    if len(found) == 1:
+        return found[0]
+    ways = (f"run them here (-S {key}=run) or name kept runs made with them "
+            f"(-S {key}=<dir>; docs/SIDES.md)")
+    if not found:
+        raise SideError(f"params: {key}: {wrong}; no kept runs under {KEPT_RUNS}/ were made "
+                        f"with the round's parameters for seeds {seeds}: {ways}")
+    raise SideError(f"params: {key}: {wrong}; several kept runs under {KEPT_RUNS}/ were "
+                    f"made with the round's parameters ({', '.join(found)}): {ways}")
+
+
 def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[str, Side]:
     """Resolve ``<side>.source`` of every side: the one place the sides are decided.
 
@@ -232,11 +333,17 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
       ``{side: Side}``; a ``run`` seed is ``results/<side>/s<S>`` (layout ``records``,
       made by ``side``; it need not exist yet), every other seed is found by
       :func:`locate`, its manifest verified (required: every run a directory source
-      names is kept with one).  ``run_dir`` values are relative to ``root`` (POSIX form).
+      names is kept with one).  Where the records runs a directory names were made with
+      other parameters than the round's (:func:`disagreements`), that directory's seeds
+      come from the one kept-runs directory made with the round's parameters
+      (:func:`matching_kept_runs`), and ``source`` names it.  ``run_dir`` values are
+      relative to ``root`` (POSIX form).
 
     Raises:
       SideError / params.ParamsError: one line naming ``<side>.source``: a path outside
-        the repository or missing, or a seed the directory does not hold;
+        the repository or missing, a seed the directory does not hold, or runs made with
+        other parameters than the round's where no single kept-runs directory was made
+        with the round's (the line says the two ways on);
       records.RecordError: a manifest missing or not verified, a records run's malformed
         ``run.json``.
     """
@@ -244,19 +351,39 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
     out = {}
     for side in sides:
         key = f"{side}.source"
-        entries = []
-        for seed, src in seed_sources(params, side).items():
-            if src == "run":
-                entries.append(SeedSource(seed, "run", f"{RESULTS}/{side}/s{seed}",
-                                          "records", side))
-                continue
+        where = seed_sources(params, side)
+        # a directory whose records runs were made with other parameters than the round's
+        # gives way, for its seeds, to the kept runs made with the round's (one decision)
+        instead: dict[str, str] = {}
+        located: dict[tuple, tuple] = {}
+        for src in dict.fromkeys(v for v in where.values() if v != "run"):
+            seeds = [s for s, v in where.items() if v == src]
             d = P.repo_path(key, src, root)
             if not d.is_dir():
                 raise SideError(f"params: {key}: {src} is not a directory (the published "
                                 f"rounds are data/published/round1, round2 and round3), "
                                 f"or set {key}: run")
-            run_dir, layout, made = locate(d, side, seed, f"params: {key}", src,
-                                           require_manifest=True)
+            for seed in seeds:
+                run_dir, layout, made = located[src, seed] = locate(
+                    d, side, seed, f"params: {key}", src, require_manifest=True)
+                wrong = disagreements(run_dir, params, side, seed, made) \
+                    if layout == "records" else []
+                if wrong:
+                    shown = f"{src}/{run_dir.relative_to(d).as_posix()}/run.json"
+                    instead[src] = _kept_instead(params, side, src, seeds, root,
+                                                 f"{shown}: {wrong[0]}")
+                    break
+        entries = []
+        for seed, src in where.items():
+            if src == "run":
+                entries.append(SeedSource(seed, "run", f"{RESULTS}/{side}/s{seed}",
+                                          "records", side))
+                continue
+            src = instead.get(src, src)
+            if (src, seed) not in located:
+                located[src, seed] = locate(P.repo_path(key, src, root), side, seed,
+                                            f"params: {key}", src, require_manifest=True)
+            run_dir, layout, made = located[src, seed]
             entries.append(SeedSource(seed, src, run_dir.relative_to(root).as_posix(),
                                       layout, made))
         out[side] = Side(side, tuple(entries))
