@@ -14,6 +14,19 @@ round3-candidate) HEAD`` where they do not (a clone or an archive that dropped t
     python -m dreamer_parity.rounds tag [--force]   # a git tag per entry (make round-tags)
     python -m dreamer_parity.rounds latest NAME     # the rule below, for NAME
     python -m dreamer_parity.rounds pin NAME        # set NAME's commit to `latest NAME`
+    python -m dreamer_parity.rounds switch NAME     # the round's params.yaml into the workspace
+    python -m dreamer_parity.rounds back            # the workspace's round files back to HEAD
+
+``switch`` (``make round ROUND=NAME``, which then runs ``dvc repro``) writes the kept
+round's ``params.yaml``, read from its commit through the one migration of older
+parameter files (:func:`dreamer_parity.params.migrate`: the keys the schema gained since,
+with the values the round ran with), validated and its sides resolved first; ``dvc repro``
+then recomputes the round from its kept runs with HEAD's code.  A round a side of which
+ran here (``<side>.source: run``) is refused: HEAD has no kept runs of it, and ``git
+checkout NAME && dvc pull`` restores it with its own code.  ``back`` (``make head``,
+which then runs ``dvc pull``) restores ``params.yaml``, ``dvc.lock``, ``metrics/`` and
+``results/report.md`` from HEAD and removes files a round left in ``metrics/`` that HEAD
+does not have; ``dvc pull`` then restores HEAD's outputs.
 
 The index file (YAML; a mapping, comments allowed)::
 
@@ -49,7 +62,7 @@ from pathlib import Path
 import yaml
 
 __all__ = ["RoundsError", "INDEX", "NAME_RE", "load_index", "rev", "latest", "check",
-           "make_tags", "pin", "main"]
+           "make_tags", "pin", "round_params", "switch", "back", "ROUND_FILES", "main"]
 
 #: The index, relative to the repository root.
 INDEX = "docs/rounds/index.yaml"
@@ -318,6 +331,89 @@ def pin(root, name: str, path: str = INDEX) -> str:
     return new
 
 
+#: What a round's ``compare`` and ``dvc repro`` change in the workspace, restored by
+#: :func:`back` (the git-tracked part; ``dvc pull`` restores the cached outputs).
+ROUND_FILES = ("params.yaml", "dvc.lock", "metrics", "results/report.md")
+
+
+def round_params(root, name: str, path: str = INDEX) -> tuple[str, dict, list[str]]:
+    """The kept round ``name``'s parameters as HEAD's schema reads them.
+
+    Returns:
+      ``(commit, raw, filled)``: the round's commit, its ``params.yaml`` parsed and
+      migrated (:func:`dreamer_parity.params.migrate`; nested, unvalidated) and the keys
+      the migration filled.
+
+    Raises:
+      RoundsError: ``name`` is not a kept round, its commit has no ``params.yaml``, or the
+      migrated parameters do not validate (the line names the round and the key).
+    """
+    from dreamer_parity import params as P
+
+    commit = rev(root, name, path)
+    text = _git(root, "show", f"{commit}:params.yaml", check=False)
+    if not text:
+        raise RoundsError(f"{name}: commit {commit[:12]} holds no params.yaml")
+    try:
+        raw, filled = P.migrate(P.parse_yaml(text, f"{name}:params.yaml"))
+        P.validate(raw, where=f"{name}:params.yaml", complete=True)
+    except P.ParamsError as e:
+        raise RoundsError(f"{name}: {e}") from None
+    return commit, raw, filled
+
+
+def switch(root, name: str, path: str = INDEX) -> str:
+    """Write the kept round ``name``'s migrated ``params.yaml`` into the workspace
+    (atomically, :func:`dreamer_parity.records.write_text`), after validating it and
+    resolving its sides (:func:`dreamer_parity.sides.resolve`, manifests verified), so that
+    a refused switch leaves every file as it was.  Returns a one-line summary.
+
+    Raises:
+      RoundsError: see :func:`round_params`; a side of the round ran here (``run``), or
+      its sources do not resolve (one line naming the round).
+    """
+    import yaml
+
+    from dreamer_parity import params as P
+    from dreamer_parity import records, sides
+
+    commit, raw, filled = round_params(root, name, path)
+    typed = P.validate(raw, where=f"{name}:params.yaml", complete=True)
+    here = [side for side in P.SIDES if sides.runs_here(typed, side)]
+    if here:
+        raise RoundsError(f"{name}: its {' and '.join(here)} side ran here ({here[0]}.source: "
+                          f"run) and has no kept runs, so HEAD cannot restore it without "
+                          f"training: `git checkout {name} && dvc pull` restores it with its "
+                          f"own code and outputs (`git checkout - && dvc pull` returns)")
+    try:
+        sides.resolve(typed, root)
+    except (sides.SideError, P.ParamsError, records.RecordError) as e:
+        raise RoundsError(f"{name}: {e}") from None
+    head = (f"# The kept round {name} (docs/rounds/index.yaml, commit {commit[:12]}),\n"
+            f"# read through dreamer_parity.params.migrate"
+            f"{' (filled: ' + ', '.join(filled) + ')' if filled else ''}.\n"
+            f"# Back to the committed round: make head\n")
+    body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
+    records.write_text(Path(root) / "params.yaml", head + body)
+    return (f"params.yaml: round {name} from {commit[:12]}"
+            f"{'; filled ' + ', '.join(filled) if filled else ''}; now `dvc repro`")
+
+
+def back(root) -> str:
+    """Restore :data:`ROUND_FILES` from HEAD and remove the files under ``metrics/`` that
+    HEAD does not track (a round's window CSVs), so that ``dvc pull`` then leaves ``dvc
+    status`` clean.  Returns a one-line summary.
+
+    Raises:
+      RoundsError: git fails (the message is git's).
+    """
+    _git(root, "checkout", "HEAD", "--", *ROUND_FILES)
+    removed = _git(root, "clean", "-fd", "--", "metrics").splitlines()
+    return (f"{', '.join(ROUND_FILES)}: as at HEAD"
+            f"{f'; removed {len(removed)} untracked file(s) under metrics' if removed else ''}"
+            f"; now `dvc pull`")
+
+
 def main(argv=None) -> int:
     """CLI entry point (see the module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.rounds", description=__doc__,
@@ -330,6 +426,9 @@ def main(argv=None) -> int:
         sub.add_parser(cmd, help=text).add_argument("name")
     sub.add_parser("check", help="verify entries").add_argument("names", nargs="*")
     sub.add_parser("tag", help="a git tag per entry").add_argument("--force", action="store_true")
+    sub.add_parser("switch", help="a kept round's params.yaml into the workspace"
+                   ).add_argument("name")
+    sub.add_parser("back", help="the round's files back to HEAD")
     a = ap.parse_args(argv)
     try:
         root = repo_root()
@@ -351,6 +450,10 @@ def main(argv=None) -> int:
             print(pin(root, a.name, a.index))
         elif a.cmd == "tag":
             print("\n".join(make_tags(root, a.force, a.index)))
+        elif a.cmd == "switch":
+            print(switch(root, a.name, a.index))
+        elif a.cmd == "back":
+            print(back(root))
         else:
             problems = check(root, a.names, a.index)
             for p in problems:
