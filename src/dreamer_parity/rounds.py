@@ -21,9 +21,10 @@ round3-candidate) HEAD`` where they do not (a clone or an archive that dropped t
 round's ``params.yaml``, read from its commit through the one migration of older
 parameter files (:func:`dreamer_parity.params.migrate`: the keys the schema gained since,
 with the values the round ran with), validated and its sides resolved first; ``dvc repro``
-then recomputes the round from its kept runs with HEAD's code.  A round a side of which
-ran here (``<side>.source: run``) is refused: HEAD has no kept runs of it, and ``git
-checkout NAME && dvc pull`` restores it with its own code.  ``back`` (``make head``,
+then recomputes the round from its kept runs with HEAD's code.  A side that ran here in
+the round (``<side>.source: run``) reads its runs as kept: the one directory of
+``data/runs/`` whose runs were made with the round's parameters
+(:func:`dreamer_parity.sides.matching_kept_runs`); none or several: refused in one line.  ``back`` (``make head``,
 which then runs ``dvc pull``) restores ``params.yaml``, ``dvc.lock``, ``metrics/`` and
 ``results/report.md`` from HEAD and removes files a round left in ``metrics/`` that HEAD
 does not have; ``dvc pull`` then restores HEAD's outputs.
@@ -368,9 +369,15 @@ def switch(root, name: str, path: str = INDEX) -> str:
     resolving its sides (:func:`dreamer_parity.sides.resolve`, manifests verified), so that
     a refused switch leaves every file as it was.  Returns a one-line summary.
 
+    A side whose source in the round is ``run`` (it ran here) gets the one directory of
+    :data:`dreamer_parity.sides.KEPT_RUNS` holding its runs made with the round's
+    parameters (:func:`dreamer_parity.sides.matching_kept_runs`), written into the
+    file's header and source.
+
     Raises:
-      RoundsError: see :func:`round_params`; a side of the round ran here (``run``), or
-      its sources do not resolve (one line naming the round).
+      RoundsError: see :func:`round_params`; a side of the round ran here (``run``) and
+      not exactly one kept-runs directory holds its runs, or its sources do not resolve
+      (one line naming the round).
     """
     import yaml
 
@@ -379,12 +386,29 @@ def switch(root, name: str, path: str = INDEX) -> str:
 
     commit, raw, filled = round_params(root, name, path)
     typed = P.validate(raw, where=f"{name}:params.yaml", complete=True)
-    here = [side for side in P.SIDES if sides.runs_here(typed, side)]
-    if here:
-        raise RoundsError(f"{name}: its {' and '.join(here)} side ran here ({here[0]}.source: "
-                          f"run) and has no kept runs, so HEAD cannot restore it without "
-                          f"training: `git checkout {name} && dvc pull` restores it with its "
-                          f"own code and outputs (`git checkout - && dvc pull` returns)")
+    kept = []
+    for side in P.SIDES:
+        # seeds that ran here in the round: its runs as kept under data/runs/ (the kept runs
+        # made with the round's parameters, sides.matching_kept_runs), or a refusal
+        src = raw[side]["source"]
+        parts = [{"from": src, "seeds": P.side_seeds(typed, side)}] if isinstance(src, str) \
+            else src
+        for part in parts:
+            if part["from"] != P.SOURCE_RUN:
+                continue
+            found = sides.matching_kept_runs(typed, side, part["seeds"], root)
+            if len(found) != 1:
+                raise RoundsError(
+                    f"{name}: its {side} side ran here ({side}.source: run) and "
+                    f"{'no' if not found else 'more than one'} directory of "
+                    f"{sides.KEPT_RUNS}/ holds its runs{': ' + ', '.join(found) if found else ''}"
+                    f"; keep them (python -m dreamer_parity.keep), or restore the round with "
+                    f"its own code: git checkout {name} && dvc pull")
+            part["from"] = found[0]
+            kept.append(f"{side}.source {found[0]}")
+        raw[side]["source"] = parts[0]["from"] if isinstance(src, str) else parts
+    if kept:
+        typed = P.validate(raw, where=f"{name}:params.yaml", complete=True)
     try:
         sides.resolve(typed, root)
     except (sides.SideError, P.ParamsError, records.RecordError) as e:
@@ -392,11 +416,13 @@ def switch(root, name: str, path: str = INDEX) -> str:
     head = (f"# The kept round {name} (docs/rounds/index.yaml, commit {commit[:12]}),\n"
             f"# read through dreamer_parity.params.migrate"
             f"{' (filled: ' + ', '.join(filled) + ')' if filled else ''}.\n"
-            f"# Back to the committed round: make head\n")
+            + "".join(f"# It ran here; its runs as kept: {k}\n" for k in kept)
+            + "# Back to the committed round: make head\n")
     body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
     records.write_text(Path(root) / "params.yaml", head + body)
     return (f"params.yaml: round {name} from {commit[:12]}"
-            f"{'; filled ' + ', '.join(filled) if filled else ''}; now `dvc repro`")
+            f"{'; filled ' + ', '.join(filled) if filled else ''}"
+            f"{'; ' + ', '.join(kept) if kept else ''}; now `dvc repro`")
 
 
 def back(root) -> str:
