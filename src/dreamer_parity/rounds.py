@@ -427,16 +427,31 @@ def switch(root, name: str, path: str = INDEX) -> str:
 
 def back(root) -> str:
     """Restore :data:`ROUND_FILES` from HEAD and remove the files under ``metrics/`` that
-    HEAD does not track (a round's window CSVs), so that ``dvc pull`` then leaves ``dvc
-    status`` clean.  Returns a one-line summary.
+    HEAD does not track (a round's window CSVs) and the run outputs ``results/<side>/s<S>``
+    of stages HEAD's ``dvc.lock`` does not have (a round with other seeds; they stay in
+    the DVC cache), so that ``dvc pull`` then leaves ``dvc status`` clean.  Returns a
+    one-line summary.
 
     Raises:
       RoundsError: git fails (the message is git's).
     """
+    import shutil
+
+    root = Path(root)
     _git(root, "checkout", "HEAD", "--", *ROUND_FILES)
     removed = _git(root, "clean", "-fd", "--", "metrics").splitlines()
+    # a round with other seeds left results/<side>/s<S> of stages HEAD does not have
+    lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    outs = {o["path"] for st in (lock.get("stages") or {}).values()
+            for o in st.get("outs", []) if isinstance(o, dict) and "path" in o}
+    stale = [d for d in sorted((root / "results").glob("*/s*")) if d.is_dir()
+             and not any(posixpath.commonpath([d.relative_to(root).as_posix(), o]) == o
+                         for o in outs)]
+    for d in stale:
+        shutil.rmtree(d)
     return (f"{', '.join(ROUND_FILES)}: as at HEAD"
             f"{f'; removed {len(removed)} untracked file(s) under metrics' if removed else ''}"
+            f"{f'; removed {len(stale)} run output(s) HEAD has no stage for' if stale else ''}"
             f"; now `dvc pull`")
 
 
