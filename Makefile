@@ -68,8 +68,8 @@ smoke: venv params-check reference-setup
 # A kept round of docs/rounds/index.yaml in the workspace: its params.yaml, read through the
 # migration of older parameter files (dreamer_parity.params.migrate), then `dvc repro`
 # recomputes it from its kept runs (no training).  `make head` returns to the committed
-# round: params.yaml, dvc.lock, metrics and results/report.md from HEAD, what a round left
-# under metrics/ removed, then `dvc pull`.
+# round: params.yaml, dvc.lock and the tracked files of metrics/ and results/ from HEAD, what
+# a round left there that HEAD does not have removed, then `dvc pull`.
 round: venv
 	@test -n "$(ROUND)" || { echo "error: ROUND: name a kept round (python -m dreamer_parity.rounds list)" >&2; exit 2; }
 	$(PY) -m dreamer_parity.rounds switch $(ROUND)

@@ -24,10 +24,12 @@ with the values the round ran with), validated and its sides resolved first; ``d
 then recomputes the round from its kept runs with HEAD's code.  A side that ran here in
 the round (``<side>.source: run``) reads its runs as kept: the one directory of
 ``data/runs/`` whose runs were made with the round's parameters
-(:func:`dreamer_parity.sides.matching_kept_runs`); none or several: refused in one line.  ``back`` (``make head``,
-which then runs ``dvc pull``) restores ``params.yaml``, ``dvc.lock``, ``metrics/`` and
-``results/report.md`` from HEAD and removes files a round left in ``metrics/`` that HEAD
-does not have; ``dvc pull`` then restores HEAD's outputs.
+(:func:`dreamer_parity.sides.matching_kept_runs`); none or several: refused in one line.
+``back`` (``make head``, which then runs ``dvc pull``) restores ``params.yaml``,
+``dvc.lock`` and the git-tracked files of ``metrics/`` and ``results/`` (the report, the
+``.gitignore`` files DVC writes) from HEAD, and removes what a round left that HEAD does
+not have (files under ``metrics/``, run outputs of seeds HEAD has no stage for); ``dvc
+pull`` then restores HEAD's outputs.
 
 The index file (YAML; a mapping, comments allowed)::
 
@@ -332,9 +334,10 @@ def pin(root, name: str, path: str = INDEX) -> str:
     return new
 
 
-#: What a round's ``compare`` and ``dvc repro`` change in the workspace, restored by
+#: What a round's ``dvc repro`` changes in git-tracked files (``results/``: the report and the
+#: ``.gitignore`` files DVC writes for outputs), restored by
 #: :func:`back` (the git-tracked part; ``dvc pull`` restores the cached outputs).
-ROUND_FILES = ("params.yaml", "dvc.lock", "metrics", "results/report.md")
+ROUND_FILES = ("params.yaml", "dvc.lock", "metrics", "results")
 
 
 def round_params(root, name: str, path: str = INDEX) -> tuple[str, dict, list[str]]:
