@@ -21,8 +21,10 @@ points, sampler, or for the reference's own runs another ``reference.jax``, ``pl
 ``precision``: :func:`disagreements`), :func:`resolve` takes instead the one directory of
 :data:`KEPT_RUNS` whose runs of those seeds were made with the round's parameters, so that
 ``dvc exp run -S decode=ref`` reads the kept ``decode: ref`` runs.  When no directory
-there matches, or several do, it stops with one line saying the two ways on: run the side
-here (``-S <side>.source=run``) or name the kept runs (``-S <side>.source=<dir>``).
+there matches, or several do, the named runs stay, and the round's check of its runs
+(:func:`dreamer_parity.preflight.check_runs`) stops it in one line that ends with the two
+ways on (:func:`kept_runs_hint`): run the side here (``-S <side>.source=run``) or name the
+kept runs (``-S <side>.source=<dir>``).
 
 A side's seeds are :func:`dreamer_parity.params.side_seeds`: the round's ``seeds`` for the
 reference side, ``candidate.seeds`` (where it names the candidate's own list) or ``seeds``
@@ -56,7 +58,7 @@ from dreamer_parity import records
 
 __all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir", "seed_sources",
            "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN", "published_round_dir",
-           "KEPT_RUNS", "disagreements", "matching_kept_runs"]
+           "KEPT_RUNS", "disagreements", "matching_kept_runs", "kept_runs_hint"]
 
 #: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
 RESULTS = "results"
@@ -303,21 +305,19 @@ def matching_kept_runs(params: dict, side: str, seeds, root: str | Path = ".",
     return out
 
 
-def _kept_instead(params: dict, side: str, src: str, seeds: list[int], root: Path,
-                  wrong: str) -> str:
-    """The directory that replaces ``src`` for ``seeds`` of ``side`` (module docstring:
-    kept runs made with the round's parameters), or SideError in one line."""
+def kept_runs_hint(params: dict, side: str, seeds, root: str | Path = ".",
+                   exclude: str | None = None) -> str:
+    """The ways on for a side whose named runs were made with other parameters than the
+    round's and that :func:`resolve` could not replace (no directory of
+    :data:`KEPT_RUNS` made with them, or several): one clause, appended to the refusal's
+    line (:func:`dreamer_parity.preflight.check_runs`)."""
     key = f"{side}.source"
-    found = matching_kept_runs(params, side, seeds, root, exclude=src)
-    if len(found) == 1:
-        return found[0]
-    ways = (f"run them here (-S {key}=run) or name kept runs made with them "
-            f"(-S {key}=<dir>; docs/SIDES.md)")
-    if not found:
-        raise SideError(f"params: {key}: {wrong}; no kept runs under {KEPT_RUNS}/ were made "
-                        f"with the round's parameters for seeds {seeds}: {ways}")
-    raise SideError(f"params: {key}: {wrong}; several kept runs under {KEPT_RUNS}/ were "
-                    f"made with the round's parameters ({', '.join(found)}): {ways}")
+    found = matching_kept_runs(params, side, seeds, root, exclude=exclude)
+    ways = f"run them here (-S {key}=run) or name kept runs made with them (-S {key}=<dir>)"
+    if len(found) > 1:
+        return (f"several kept runs under {KEPT_RUNS}/ were made with the round's parameters "
+                f"({', '.join(found)}): name one (-S {key}=<dir>)")
+    return f"no kept runs under {KEPT_RUNS}/ were made with the round's parameters: {ways}"
 
 
 def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[str, Side]:
@@ -335,15 +335,13 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
       :func:`locate`, its manifest verified (required: every run a directory source
       names is kept with one).  Where the records runs a directory names were made with
       other parameters than the round's (:func:`disagreements`), that directory's seeds
-      come from the one kept-runs directory made with the round's parameters
-      (:func:`matching_kept_runs`), and ``source`` names it.  ``run_dir`` values are
+      come from the kept-runs directory made with the round's parameters where exactly
+      one is (:func:`matching_kept_runs`), and ``source`` names it.  ``run_dir`` values are
       relative to ``root`` (POSIX form).
 
     Raises:
       SideError / params.ParamsError: one line naming ``<side>.source``: a path outside
-        the repository or missing, a seed the directory does not hold, or runs made with
-        other parameters than the round's where no single kept-runs directory was made
-        with the round's (the line says the two ways on);
+        the repository or missing, or a seed the directory does not hold;
       records.RecordError: a manifest missing or not verified, a records run's malformed
         ``run.json``.
     """
@@ -366,12 +364,15 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
             for seed in seeds:
                 run_dir, layout, made = located[src, seed] = locate(
                     d, side, seed, f"params: {key}", src, require_manifest=True)
-                wrong = disagreements(run_dir, params, side, seed, made) \
-                    if layout == "records" else []
+                try:
+                    wrong = disagreements(run_dir, params, side, seed, made) \
+                        if layout == "records" else []
+                except records.RecordError:
+                    wrong = []                  # a malformed run.json: preflight names it
                 if wrong:
-                    shown = f"{src}/{run_dir.relative_to(d).as_posix()}/run.json"
-                    instead[src] = _kept_instead(params, side, src, seeds, root,
-                                                 f"{shown}: {wrong[0]}")
+                    found = matching_kept_runs(params, side, seeds, root, exclude=src)
+                    if len(found) == 1:         # else the named runs stay, and are refused
+                        instead[src] = found[0]
                     break
         entries = []
         for seed, src in where.items():
