@@ -10,10 +10,13 @@ export JAX_PLATFORMS ?= cpu
 
 .PHONY: setup venv round head reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
 
-# The venv, then a git tag per kept round of docs/rounds/index.yaml (tags are not cloned with
-# the branch), so that `dvc metrics diff <round> <round>` takes round names in every clone.
+# The venv, then a git tag per kept round of docs/rounds/index.yaml whose commit the clone holds
+# (tags are not cloned with the branch), so that `dvc metrics diff <round> <round>` takes round
+# names in every clone; a tag that points elsewhere is left, with its one line (make round-tags
+# FORCE=1 moves it).
 venv: $(STAMP)
-	@-$(PY) -m dreamer_parity.rounds tag >/dev/null
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  $(PY) -m dreamer_parity.rounds tag --available >/dev/null || true; fi
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

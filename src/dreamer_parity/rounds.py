@@ -288,14 +288,21 @@ def check(root, names=None, path: str = INDEX) -> list[str]:
     return problems
 
 
-def make_tags(root, force: bool = False, path: str = INDEX) -> list[str]:
+def make_tags(root, force: bool = False, path: str = INDEX,
+              available: bool = False) -> list[str]:
     """Create a lightweight git tag per index entry; returns one line per tag.
+
+    Args:
+      available: tag only the entries whose commit this clone holds, and pass over the
+        others (a clone without the history; ``make venv``), instead of failing on them.
 
     Raises:
       RoundsError: a tag of that name points elsewhere and ``force`` is False, or git fails.
     """
     lines = []
     for name, e in load_index(root, path).items():
+        if available and not _exists(root, f"{e['commit']}^{{commit}}"):
+            continue
         cur = _git(root, "rev-parse", "-q", "--verify", f"refs/tags/{name}^{{commit}}", check=False)
         if cur == e["commit"]:
             lines.append(f"{name}: tag already at {cur[:12]}")
@@ -469,7 +476,10 @@ def main(argv=None) -> int:
                       ("pin", "set a round's commit to the rule's")):
         sub.add_parser(cmd, help=text).add_argument("name")
     sub.add_parser("check", help="verify entries").add_argument("names", nargs="*")
-    sub.add_parser("tag", help="a git tag per entry").add_argument("--force", action="store_true")
+    t = sub.add_parser("tag", help="a git tag per entry")
+    t.add_argument("--force", action="store_true")
+    t.add_argument("--available", action="store_true",
+                   help="only entries whose commit this clone holds (make venv)")
     sub.add_parser("switch", help="a kept round's params.yaml into the workspace"
                    ).add_argument("name")
     sub.add_parser("back", help="the round's files back to HEAD")
@@ -493,7 +503,7 @@ def main(argv=None) -> int:
         elif a.cmd == "pin":
             print(pin(root, a.name, a.index))
         elif a.cmd == "tag":
-            print("\n".join(make_tags(root, a.force, a.index)))
+            print("\n".join(make_tags(root, a.force, a.index, a.available)))
         elif a.cmd == "switch":
             print(switch(root, a.name, a.index))
         elif a.cmd == "back":
