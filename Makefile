@@ -8,9 +8,15 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: plots-template setup venv reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
+.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
 
+# The venv, then a git tag per kept round of docs/rounds/index.yaml whose commit the clone holds
+# (tags are not cloned with the branch), so that `dvc metrics diff <round> <round>` takes round
+# names in every clone; a tag that points elsewhere is left, with its one line (make round-tags
+# FORCE=1 moves it).
 venv: $(STAMP)
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  $(PY) -m dreamer_parity.rounds tag --available >/dev/null || true; fi
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,10 +63,24 @@ run: venv params-check setup
 
 # The smoke round (both sides run at tiny widths: needs the reference set-up) as an
 # experiment in the workspace; -f replaces an earlier `smoke` experiment.  Afterwards the
-# workspace holds the smoke round: `git checkout params.yaml dvc.lock metrics results/report.md && dvc pull` returns to HEAD.
+# workspace holds the smoke round: `make head` returns to HEAD.
 smoke: venv params-check reference-setup
 	$(DVC) exp run -f -n smoke $$($(PY) -m dreamer_parity.params smoke-overrides)
 	$(DVC) metrics diff HEAD smoke
+
+# A kept round of docs/rounds/index.yaml in the workspace: its params.yaml, read through the
+# migration of older parameter files (dreamer_parity.params.migrate), then `dvc repro`
+# recomputes it from its kept runs (no training).  `make head` returns to the committed
+# round: params.yaml, dvc.lock and the tracked files of metrics/ and results/ from HEAD, what
+# a round left there that HEAD does not have removed, then `dvc pull`.
+round: venv
+	@test -n "$(ROUND)" || { echo "error: ROUND: name a kept round (python -m dreamer_parity.rounds list)" >&2; exit 2; }
+	$(PY) -m dreamer_parity.rounds switch $(ROUND)
+	$(DVC) repro
+
+head: venv
+	$(PY) -m dreamer_parity.rounds back
+	$(DVC) pull
 
 # The suite runs without the reference too: tests that need it skip with the set-up command.
 # Both reference environments are set up first (jax 0.4.26 and 0.10.2); one that cannot be

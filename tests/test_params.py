@@ -533,3 +533,36 @@ def test_kept_rounds_params_validate_with_each_side_the_rounds_seeds():
             own_lists[name] = (P.side_seeds(p, "candidate"), p["seeds"])
     # part B of the reference's platform check is the kept round with a side list of its own
     assert own_lists.get("round3-ref-tpu-windows") == (list(range(10)), [5, 6, 7, 8, 9])
+
+
+# --- the migration of older rounds' parameter files (params.migrate) ------------------------
+
+def test_migrate_fills_exactly_the_added_keys_that_are_missing():
+    assert set(P.ADDED_KEYS) <= set(P.SCHEMA)
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    full, filled = P.migrate(raw)
+    assert filled == [] and full == raw                      # nothing to fill at HEAD
+    del raw["reference"]["jax"], raw["candidate"]["seeds"], raw["stats"]["persistence_rows"]
+    out, filled = P.migrate(raw)
+    assert filled == ["candidate.seeds", "reference.jax", "stats.persistence_rows"]
+    assert (out["reference"]["jax"], out["candidate"]["seeds"],
+            out["stats"]["persistence_rows"]) == ("0.4.26", None, [])
+    assert "jax" not in raw["reference"]                     # the input is not changed
+    P.validate(out, complete=True)
+    del out["rows"]                                           # not an added key: still refused
+    with pytest.raises(P.ParamsError, match=r"^params: rows: missing from"):
+        P.validate(P.migrate(out)[0], complete=True)
+
+
+def test_every_kept_round_validates_through_the_migration():
+    """Every entry of docs/rounds/index.yaml, its params.yaml as its commit holds it."""
+    from dreamer_parity import rounds
+
+    idx = rounds.load_index(REPO)
+    if any(subprocess.run(["git", "cat-file", "-e", f"{e['commit']}^{{commit}}"], cwd=REPO,
+                          capture_output=True).returncode for e in idx.values()):
+        pytest.skip("shallow clone: the kept rounds' commits are not here")
+    for name in idx:
+        commit, raw, filled = rounds.round_params(REPO, name)
+        assert P.validate(raw, complete=True)["round"] == name
+        assert set(filled) <= set(P.ADDED_KEYS)

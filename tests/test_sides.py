@@ -440,3 +440,70 @@ def test_platform_parts_of_a_pooled_side_with_unequal_seed_lists(unequal_root, m
     # the halves check of the pooled side: 4 seeds against 3, each source its own mean
     assert s["halves.candidate.sources"] == "data/runs/t/candidate: 0,1,2,3; data/runs/tpu: 4,5,6"
     assert "halves.reference.sources" not in s
+
+
+# --- kept runs made with the round's parameters (sides.resolve, matching_kept_runs) --------
+
+def _round3_params(**over) -> dict:
+    """params.yaml (round 3, decode exact) with dotted keys of ``over`` set, seed 0 only."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    return _validated(raw, {"seeds": [0], **over})
+
+
+def _kept_tree(tmp_path: Path, names: dict[str, str]) -> Path:
+    """A root whose data/runs/<name>/s0 is a copy of data/runs/<source>/s0 (and the
+    published round 3, the reference side)."""
+    root = tmp_path / "repo"
+    shutil.copytree(ROUND3, root / "data" / "published" / "round3")
+    for name, source in names.items():
+        shutil.copytree(REPO / "data" / "runs" / source / "s0", root / "data" / "runs" / name / "s0")
+    return root
+
+
+def test_a_directory_of_runs_made_otherwise_gives_way_to_the_matching_kept_runs(tmp_path):
+    root = _kept_tree(tmp_path, {"exact": "round3-candidate", "ref": "round3-candidate-ref"})
+    named = {"candidate.source": "data/runs/exact"}
+    cand = sides.resolve(_round3_params(**named), root)["candidate"].by_seed(0)
+    assert (cand.source, cand.run_dir) == ("data/runs/exact", "data/runs/exact/s0")
+    cand = sides.resolve(_round3_params(decode="ref", **named), root)["candidate"].by_seed(0)
+    assert (cand.source, cand.run_dir) == ("data/runs/ref", "data/runs/ref/s0")
+    assert sides.matching_kept_runs(_round3_params(decode="ref"), "candidate", [0], root) \
+        == ["data/runs/ref"]
+
+
+def test_no_or_several_matching_kept_runs_stop_in_one_line_with_the_two_ways_on(tmp_path):
+    from dreamer_parity import preflight
+
+    root = _kept_tree(tmp_path, {"exact": "round3-candidate", "ref": "round3-candidate-ref",
+                                 "ref2": "round3-candidate-ref"})
+    named = {"candidate.source": "data/runs/exact"}
+    p = _round3_params(eval_episodes=5, **named)
+    resolved = sides.resolve(p, root)                # no match: the named runs stay
+    assert resolved["candidate"].by_seed(0).source == "data/runs/exact"
+    with pytest.raises(preflight.PreflightError) as e:
+        preflight.check_runs(p, resolved, root)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.endswith(
+                  "data/runs/exact/s0/run.json: eval_episodes 10 != 5: the run was made with "
+                   "other parameters than the round's; no kept runs under data/runs/ were made "
+                   "with the round's parameters: run them here (-S candidate.source=run) or "
+                   "name kept runs made with them (-S candidate.source=<dir>)")
+    p = _round3_params(decode="ref", **named)
+    resolved = sides.resolve(p, root)                # two matches: the named runs stay
+    with pytest.raises(preflight.PreflightError, match=r"several kept runs under data/runs/ "
+                       r"were made with the round's parameters \(data/runs/ref, "
+                       r"data/runs/ref2\): name one \(-S candidate.source=<dir>\)$"):
+        preflight.check_runs(p, resolved, root)
+
+
+def test_reference_runs_match_on_jax_platform_and_precision_too():
+    run = REPO / "data" / "runs" / "round3-ref-tpu" / "s0"       # jax 0.10.2, tpu, highest
+    p = _round3_params()
+    assert sides.disagreements(run, p, "reference", 0, "reference") == [
+        "reference.jax '0.10.2' != '0.4.26'", "reference.platform 'tpu' != 'cpu'",
+        "reference.precision 'highest' != 'default'"]
+    tpu = _round3_params(**{"reference.jax": "0.10.2", "reference.platform": "tpu",
+                            "reference.precision": "highest"})
+    assert sides.disagreements(run, tpu, "reference", 0, "reference") == []
+    cpu = REPO / "data" / "runs" / "round3-10seeds-reference" / "s5"   # records none: 0.4.26
+    assert sides.disagreements(cpu, _round3_params(seeds=[5]), "reference", 5, "reference") == []

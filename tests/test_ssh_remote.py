@@ -360,3 +360,63 @@ def test_ssh_cut_push_and_pull_leave_nothing_that_passes_as_complete(sshd, tmp_p
         assert json.loads(dvc(sshd, b, "status", "--json", "transfer.dvc").stdout or "{}") == {}
     finally:
         relay.close()
+
+
+def _cross_round(server: SSHServer, repo: Path, old: str, new: str) -> tuple[dict, dict, dict]:
+    """``dvc metrics diff`` (no targets) and ``dvc params diff`` between two kept rounds'
+    commits as JSON, and the revisions ``dvc plots diff`` rendered per image plot
+    (``{file: {rev, ...}}``; empty where it rendered nothing)."""
+    def as_json(*args) -> dict:    # the JSON DVC prints after any warning lines; {} if none
+        out = dvc(server, repo, *args, "--json", check=False).stdout
+        try:
+            return json.loads(out[out.index("{"):])
+        except ValueError:
+            return {}
+
+    m = as_json("metrics", "diff", old, new)
+    p = as_json("params", "diff", old, new)
+    data = as_json("plots", "diff", old, new, "--split", "-o", str(repo.parent / "plots"))
+    data = data.get("data", {})
+    revs = {f: {rev for r in rows for rev in r.get("revisions", [])}
+            for f, rows in data.items() if f.endswith(".png") and isinstance(rows, list)}
+    return m, p, revs
+
+
+def test_team_remote_recipe_keeps_other_revisions_readable(sshd, tmp_path):
+    """docs/REMOTES.md's recipe (the URL in .dvc/config and again in .dvc/config.local):
+    every revision's config loads, so diffs between two kept rounds (neither of which
+    knows the remote) show both sides' values; with the URL in .dvc/config alone they do
+    not (the failure the recipe avoids)."""
+    from dreamer_parity import rounds
+
+    old, new = (rounds.rev(REPO, n) for n in ("round3-candidate", "round3-candidate-ref"))
+    if any(ph.git(REPO, "cat-file", "-e", f"{c}^{{commit}}", check=False).returncode
+           for c in (old, new)):
+        pytest.skip("shallow clone: the kept rounds' commits are not here")
+    url = sshd.url("team")
+    # the recipe: the URL committed, and the URL and login in the git-ignored config.local
+    a = clone(sshd, tmp_path / "a" / "repo")
+    dvc(sshd, a, "remote", "add", "team", url)
+    dvc(sshd, a, "remote", "modify", "--local", "team", "url", url)
+    dvc(sshd, a, "remote", "modify", "--local", "team", "user", sshd.user)
+    dvc(sshd, a, "remote", "modify", "--local", "team", "keyfile", str(sshd.keyfile))
+    assert "keyfile" not in (a / ".dvc" / "config").read_text()
+    dvc(sshd, a, "pull")
+    push = dvc(sshd, a, "push", "-r", "team").stdout
+    assert re.search(r"\d+ files? pushed", push), push[-2000:]
+    m, p, plots = _cross_round(sshd, a, old, new)
+    late = m["metrics/summary.json"]["LATE.candidate.mean"]
+    assert late["old"] == pytest.approx(287.5709677419355) and \
+        late["new"] == pytest.approx(285.8264516129032)
+    assert len(m["metrics/summary.json"]) > 100        # every metric, no target named
+    assert p["params.yaml"]["decode"] == {"old": "exact", "new": "ref"}
+    assert plots and all(revs == {old, new} for revs in plots.values()), plots
+
+    # without the URL in config.local, the older revisions' config (no `team`) does not load
+    b = clone(sshd, tmp_path / "b" / "repo")
+    add_remote(sshd, b, "team", url)
+    m, p, plots = _cross_round(sshd, b, old, new)
+    late = m.get("metrics/summary.json", {}).get("LATE.candidate.mean", {})
+    assert late.get("old") is None and late.get("new") is None
+    assert "decode" not in p.get("params.yaml", {})
+    assert not any(revs == {old, new} for revs in plots.values()), plots

@@ -28,6 +28,11 @@ Command line::
     python -m dreamer_parity.params smoke-overrides     # the -S flags of the smoke round
     python -m dreamer_parity.params show [--file params.yaml] [--key reference]
 
+Kept rounds older than a key: a round kept before the schema gained a key has no such key
+in its ``params.yaml``.  :data:`ADDED_KEYS` names every key added after the first kept
+round with the value those rounds ran with, and :func:`migrate` fills them in: the one
+migration of an older round's parameters (``python -m dreamer_parity.rounds switch``).
+
 Only the standard library is needed for validation (PyYAML is imported by
 :func:`load` only).
 """
@@ -50,7 +55,7 @@ __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOK
            "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
            "MAX_PATH_CHARS", "parse_yaml", "strict_yaml", "YamlRefusal", "RESERVED_ROUNDS",
            "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED", "REFERENCE_JAX", "PLATFORMS",
-           "PRECISIONS", "side_seeds", "SIDES"]
+           "PRECISIONS", "side_seeds", "SIDES", "ADDED_KEYS", "migrate"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -222,6 +227,54 @@ SCHEMA: dict[str, Field] = {
     "stats.failed_rule": Field("str", "zero", ("zero",),
                                "missing evaluation points of a failed seed count as return 0"),
 }
+
+#: Keys :data:`SCHEMA` gained after rounds were kept, each with the value that every round
+#: kept before it ran with (the value that reproduces such a round): the candidate ran here
+#: (``candidate.source``) on the round's seeds (``candidate.seeds``); the reference in its
+#: jax 0.4.26 environment on the CPU at jax's default matmul precision; no window tests.
+#: :func:`migrate` fills exactly these; any other missing key stays an error.
+ADDED_KEYS: dict[str, Any] = {
+    "candidate.source": SOURCE_RUN,
+    "candidate.seeds": None,
+    "reference.jax": "0.4.26",
+    "reference.platform": "cpu",
+    "reference.precision": "default",
+    "stats.signature_rows": [],
+    "stats.persistence_rows": [],
+}
+
+
+def migrate(raw: dict) -> tuple[dict, list[str]]:
+    """An older round's parsed params.yaml with the keys added since filled in.
+
+    Args:
+      raw: the parsed (unvalidated) params file of a kept round: nested dicts.
+
+    Returns:
+      ``(params, filled)``: a new nested dict holding ``raw``'s keys as given and every key
+      of :data:`ADDED_KEYS` it lacks with that key's value, and the dotted names filled (in
+      :data:`ADDED_KEYS` order).  Validate the result with :func:`validate`
+      (``complete=True``): a key missing that is not in :data:`ADDED_KEYS` is refused there.
+
+    Raises:
+      ParamsError: ``raw`` is not a mapping, or a section an added key belongs to is not one.
+    """
+    if not isinstance(raw, dict):
+        raise ParamsError("<root>", f"expected a mapping, got {type(raw).__name__}")
+    out = copy.deepcopy(raw)
+    filled = []
+    for key, value in ADDED_KEYS.items():
+        *parents, last = key.split(".")
+        d = out
+        for k in parents:
+            d = d.setdefault(k, {})
+            if not isinstance(d, dict):
+                raise ParamsError(k, f"expected a mapping, got {quote(d)}")
+        if last not in d:
+            d[last] = copy.deepcopy(value)
+            filled.append(key)
+    return out, filled
+
 
 #: The smoke round: round 1's design at tiny widths (1200 rows, evaluation every 400,
 #: 2 episodes), whatever round params.yaml holds; both sides run (no published run has

@@ -134,7 +134,11 @@ def check_runs(params: dict, resolved: dict, root: str | Path = ".",
                 records.check_run_agrees(Path(root) / e.run_dir, params, side, e.seed,
                                          made_by=e.made_by)
             except records.RecordError as err:
-                raise PreflightError(str(err)) from None
+                hint = ""
+                if e.source != "run" and str(err).endswith("other parameters than the round's"):
+                    seeds_ = [x.seed for x in sd.seeds if x.source == e.source]
+                    hint = "; " + sides.kept_runs_hint(params, side, seeds_, root, e.source)
+                raise PreflightError(f"{err}{hint}") from None
 
 
 def preflight(params_file: str | Path = "params.yaml", root: str | Path = ".",

@@ -15,6 +15,22 @@ round3-candidate) HEAD`` where they do not (a clone or an archive that dropped t
     python -m dreamer_parity.rounds latest NAME     # the rule below, for NAME
     python -m dreamer_parity.rounds pin NAME        # set NAME's commit to `latest NAME`
     python -m dreamer_parity.rounds table           # every kept round's headline numbers
+    python -m dreamer_parity.rounds switch NAME     # the round's params.yaml into the workspace
+    python -m dreamer_parity.rounds back            # the workspace's round files back to HEAD
+
+``switch`` (``make round ROUND=NAME``, which then runs ``dvc repro``) writes the kept
+round's ``params.yaml``, read from its commit through the one migration of older
+parameter files (:func:`dreamer_parity.params.migrate`: the keys the schema gained since,
+with the values the round ran with), validated and its sides resolved first; ``dvc repro``
+then recomputes the round from its kept runs with HEAD's code.  A side that ran here in
+the round (``<side>.source: run``) reads its runs as kept: the one directory of
+``data/runs/`` whose runs were made with the round's parameters
+(:func:`dreamer_parity.sides.matching_kept_runs`); none or several: refused in one line.
+``back`` (``make head``, which then runs ``dvc pull``) restores ``params.yaml``,
+``dvc.lock`` and the git-tracked files of ``metrics/`` and ``results/`` (the report, the
+``.gitignore`` files DVC writes) from HEAD, and removes what a round left that HEAD does
+not have (files under ``metrics/``, run outputs of seeds HEAD has no stage for); ``dvc
+pull`` then restores HEAD's outputs.
 
 The index file (YAML; a mapping, comments allowed)::
 
@@ -59,7 +75,7 @@ import yaml
 from dreamer_parity import records
 
 __all__ = ["RoundsError", "INDEX", "NAME_RE", "load_index", "rev", "latest", "check",
-           "make_tags", "pin", "table", "main"]
+           "make_tags", "pin", "table", "round_params", "switch", "back", "ROUND_FILES", "main"]
 
 #: The index, relative to the repository root.
 INDEX = "docs/rounds/index.yaml"
@@ -287,14 +303,21 @@ def check(root, names=None, path: str = INDEX) -> list[str]:
     return problems
 
 
-def make_tags(root, force: bool = False, path: str = INDEX) -> list[str]:
+def make_tags(root, force: bool = False, path: str = INDEX,
+              available: bool = False) -> list[str]:
     """Create a lightweight git tag per index entry; returns one line per tag.
+
+    Args:
+      available: tag only the entries whose commit this clone holds, and pass over the
+        others (a clone without the history; ``make venv``), instead of failing on them.
 
     Raises:
       RoundsError: a tag of that name points elsewhere and ``force`` is False, or git fails.
     """
     lines = []
     for name, e in load_index(root, path).items():
+        if available and not _exists(root, f"{e['commit']}^{{commit}}"):
+            continue
         cur = _git(root, "rev-parse", "-q", "--verify", f"refs/tags/{name}^{{commit}}", check=False)
         if cur == e["commit"]:
             lines.append(f"{name}: tag already at {cur[:12]}")
@@ -392,6 +415,129 @@ def table(root, path: str = INDEX) -> list[str]:
     return [" ".join(c.rjust(w) if i in right else c.ljust(w)
                       for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
 
+#: What a round's ``dvc repro`` changes in git-tracked files (``results/``: the report and the
+#: ``.gitignore`` files DVC writes for outputs), restored by
+#: :func:`back` (the git-tracked part; ``dvc pull`` restores the cached outputs).
+ROUND_FILES = ("params.yaml", "dvc.lock", "metrics", "results")
+
+
+def round_params(root, name: str, path: str = INDEX) -> tuple[str, dict, list[str]]:
+    """The kept round ``name``'s parameters as HEAD's schema reads them.
+
+    Returns:
+      ``(commit, raw, filled)``: the round's commit, its ``params.yaml`` parsed and
+      migrated (:func:`dreamer_parity.params.migrate`; nested, unvalidated) and the keys
+      the migration filled.
+
+    Raises:
+      RoundsError: ``name`` is not a kept round, its commit has no ``params.yaml``, or the
+      migrated parameters do not validate (the line names the round and the key).
+    """
+    from dreamer_parity import params as P
+
+    commit = rev(root, name, path)
+    text = _git(root, "show", f"{commit}:params.yaml", check=False)
+    if not text:
+        raise RoundsError(f"{name}: commit {commit[:12]} holds no params.yaml")
+    try:
+        raw, filled = P.migrate(P.parse_yaml(text, f"{name}:params.yaml"))
+        P.validate(raw, where=f"{name}:params.yaml", complete=True)
+    except P.ParamsError as e:
+        raise RoundsError(f"{name}: {e}") from None
+    return commit, raw, filled
+
+
+def switch(root, name: str, path: str = INDEX) -> str:
+    """Write the kept round ``name``'s migrated ``params.yaml`` into the workspace
+    (atomically, :func:`dreamer_parity.records.write_text`), after validating it and
+    resolving its sides (:func:`dreamer_parity.sides.resolve`, manifests verified), so that
+    a refused switch leaves every file as it was.  Returns a one-line summary.
+
+    A side whose source in the round is ``run`` (it ran here) gets the one directory of
+    :data:`dreamer_parity.sides.KEPT_RUNS` holding its runs made with the round's
+    parameters (:func:`dreamer_parity.sides.matching_kept_runs`), written into the
+    file's header and source.
+
+    Raises:
+      RoundsError: see :func:`round_params`; a side of the round ran here (``run``) and
+      not exactly one kept-runs directory holds its runs, or its sources do not resolve
+      (one line naming the round).
+    """
+    import yaml
+
+    from dreamer_parity import params as P
+    from dreamer_parity import records, sides
+
+    commit, raw, filled = round_params(root, name, path)
+    typed = P.validate(raw, where=f"{name}:params.yaml", complete=True)
+    kept = []
+    for side in P.SIDES:
+        # seeds that ran here in the round: its runs as kept under data/runs/ (the kept runs
+        # made with the round's parameters, sides.matching_kept_runs), or a refusal
+        src = raw[side]["source"]
+        parts = [{"from": src, "seeds": P.side_seeds(typed, side)}] if isinstance(src, str) \
+            else src
+        for part in parts:
+            if part["from"] != P.SOURCE_RUN:
+                continue
+            found = sides.matching_kept_runs(typed, side, part["seeds"], root)
+            if len(found) != 1:
+                raise RoundsError(
+                    f"{name}: its {side} side ran here ({side}.source: run) and "
+                    f"{'no' if not found else 'more than one'} directory of "
+                    f"{sides.KEPT_RUNS}/ holds its runs{': ' + ', '.join(found) if found else ''}"
+                    f"; keep them (python -m dreamer_parity.keep), or restore the round with "
+                    f"its own code: git checkout {name} && dvc pull")
+            part["from"] = found[0]
+            kept.append(f"{side}.source {found[0]}")
+        raw[side]["source"] = parts[0]["from"] if isinstance(src, str) else parts
+    if kept:
+        typed = P.validate(raw, where=f"{name}:params.yaml", complete=True)
+    try:
+        sides.resolve(typed, root)
+    except (sides.SideError, P.ParamsError, records.RecordError) as e:
+        raise RoundsError(f"{name}: {e}") from None
+    head = (f"# The kept round {name} (docs/rounds/index.yaml, commit {commit[:12]}),\n"
+            f"# read through dreamer_parity.params.migrate"
+            f"{' (filled: ' + ', '.join(filled) + ')' if filled else ''}.\n"
+            + "".join(f"# It ran here; its runs as kept: {k}\n" for k in kept)
+            + "# Back to the committed round: make head\n")
+    body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
+    records.write_text(Path(root) / "params.yaml", head + body)
+    return (f"params.yaml: round {name} from {commit[:12]}"
+            f"{'; filled ' + ', '.join(filled) if filled else ''}"
+            f"{'; ' + ', '.join(kept) if kept else ''}; now `dvc repro`")
+
+
+def back(root) -> str:
+    """Restore :data:`ROUND_FILES` from HEAD and remove the files under ``metrics/`` that
+    HEAD does not track (a round's window CSVs) and the run outputs ``results/<side>/s<S>``
+    of stages HEAD's ``dvc.lock`` does not have (a round with other seeds; they stay in
+    the DVC cache), so that ``dvc pull`` then leaves ``dvc status`` clean.  Returns a
+    one-line summary.
+
+    Raises:
+      RoundsError: git fails (the message is git's).
+    """
+    import shutil
+
+    root = Path(root)
+    _git(root, "checkout", "HEAD", "--", *ROUND_FILES)
+    removed = _git(root, "clean", "-fd", "--", "metrics").splitlines()
+    # a round with other seeds left results/<side>/s<S> of stages HEAD does not have
+    lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    outs = {o["path"] for st in (lock.get("stages") or {}).values()
+            for o in st.get("outs", []) if isinstance(o, dict) and "path" in o}
+    stale = [d for d in sorted((root / "results").glob("*/s*")) if d.is_dir()
+             and not any(posixpath.commonpath([d.relative_to(root).as_posix(), o]) == o
+                         for o in outs)]
+    for d in stale:
+        shutil.rmtree(d)
+    return (f"{', '.join(ROUND_FILES)}: as at HEAD"
+            f"{f'; removed {len(removed)} untracked file(s) under metrics' if removed else ''}"
+            f"{f'; removed {len(stale)} run output(s) HEAD has no stage for' if stale else ''}"
+            f"; now `dvc pull`")
+
 
 def main(argv=None) -> int:
     """CLI entry point (see the module docstring); returns the exit status."""
@@ -405,7 +551,13 @@ def main(argv=None) -> int:
                       ("pin", "set a round's commit to the rule's")):
         sub.add_parser(cmd, help=text).add_argument("name")
     sub.add_parser("check", help="verify entries").add_argument("names", nargs="*")
-    sub.add_parser("tag", help="a git tag per entry").add_argument("--force", action="store_true")
+    t = sub.add_parser("tag", help="a git tag per entry")
+    t.add_argument("--force", action="store_true")
+    t.add_argument("--available", action="store_true",
+                   help="only entries whose commit this clone holds (make venv)")
+    sub.add_parser("switch", help="a kept round's params.yaml into the workspace"
+                   ).add_argument("name")
+    sub.add_parser("back", help="the round's files back to HEAD")
     a = ap.parse_args(argv)
     try:
         check_args(a)
@@ -429,7 +581,11 @@ def main(argv=None) -> int:
         elif a.cmd == "pin":
             print(pin(root, a.name, a.index))
         elif a.cmd == "tag":
-            print("\n".join(make_tags(root, a.force, a.index)))
+            print("\n".join(make_tags(root, a.force, a.index, a.available)))
+        elif a.cmd == "switch":
+            print(switch(root, a.name, a.index))
+        elif a.cmd == "back":
+            print(back(root))
         else:
             problems = check(root, a.names, a.index)
             for p in problems:

@@ -14,6 +14,18 @@ A side's source in params.yaml is one of
 ``[{from: run | <dir>, seeds: [..]}, ...]``
     The side's seeds taken from several places; each seed of the side exactly once.
 
+Kept runs made with the round's parameters: a directory of records runs holds runs made
+with some parameters (each run's ``run.json``).  When the runs a directory source names
+were made with other parameters than the round's (another ``decode``, rows, evaluation
+points, sampler, or for the reference's own runs another ``reference.jax``, ``platform`` or
+``precision``: :func:`disagreements`), :func:`resolve` takes instead the one directory of
+:data:`KEPT_RUNS` whose runs of those seeds were made with the round's parameters, so that
+``dvc exp run -S decode=ref`` reads the kept ``decode: ref`` runs.  When no directory
+there matches, or several do, the named runs stay, and the round's check of its runs
+(:func:`dreamer_parity.preflight.check_runs`) stops it in one line that ends with the two
+ways on (:func:`kept_runs_hint`): run the side here (``-S <side>.source=run``) or name the
+kept runs (``-S <side>.source=<dir>``).
+
 A side's seeds are :func:`dreamer_parity.params.side_seeds`: the round's ``seeds`` for the
 reference side, ``candidate.seeds`` (where it names the candidate's own list) or ``seeds``
 for the candidate; the two sides may differ in number.
@@ -45,12 +57,20 @@ from dreamer_parity import params as P
 from dreamer_parity import records
 
 __all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir", "seed_sources",
-           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN", "published_round_dir"]
+           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN", "published_round_dir",
+           "KEPT_RUNS", "disagreements", "matching_kept_runs", "kept_runs_hint"]
 
 #: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
 RESULTS = "results"
 #: The marker a stage writes for a seed it does not run (no DONE.json: not a run).
 STAND_IN = "STAND_IN.json"
+#: The directory whose subdirectories are the kept runs (``python -m dreamer_parity.keep``),
+#: searched by :func:`matching_kept_runs`; relative to the repository root.
+KEPT_RUNS = "data/runs"
+#: The reference's execution parameters a reference-made run on the reference side must
+#: have been made with, and the value a run that records none was made with (runs from
+#: before ``reference.jax``, ``platform`` and ``precision`` existed ran with these).
+_REFERENCE_EXECUTION = {"jax": "0.4.26", "platform": "cpu", "precision": "default"}
 
 
 class SideError(ValueError):
@@ -226,6 +246,87 @@ def locate(directory: Path, side: str, seed: int, key: str,
         f"{n}/ajax/s{seed}/evals.jsonl; docs/SIDES.md)")
 
 
+def disagreements(run_dir, params: dict, side: str, seed: int, made_by: str) -> list[str]:
+    """How a records run was made otherwise than the round asks: ``["<name> <recorded> !=
+    <expected>", ...]``, empty when it was made with the round's parameters.
+
+    The protocol parameters of :func:`dreamer_parity.records.protocol_disagreements` (seed,
+    profile, rows, evaluation points and episodes, decode, the reference's sampler) and,
+    for a run the reference made standing on the reference side, ``reference.jax``,
+    ``platform`` and ``precision`` (recorded in its ``run.json`` ``args``; a run recording
+    none ran with 0.4.26 on the CPU at jax's default precision).
+
+    Raises:
+      records.RecordError: a malformed ``run.json`` (naming the file and field).
+    """
+    info = records.read_run_info(Path(run_dir) / "run.json")
+    wrong, _ = records.protocol_disagreements(params, side, seed, info, made_by)
+    if made_by == "reference" and side == "reference":
+        args = info.get("args") if isinstance(info.get("args"), dict) else {}
+        for name, default in _REFERENCE_EXECUTION.items():
+            got, want = args.get(name, default), params["reference"][name]
+            if got != want:
+                wrong.append(f"reference.{name} {repr(got)[:40]} != {want!r}")
+    return wrong
+
+
+def matching_kept_runs(params: dict, side: str, seeds, root: str | Path = ".",
+                       exclude: str | None = None) -> list[str]:
+    """The directories of :data:`KEPT_RUNS` that hold a records run of every seed of
+    ``seeds`` for ``side``, each made with the round's parameters (:func:`disagreements`
+    empty); relative POSIX paths, sorted by name.
+
+    Args:
+      params: validated params; side: the side the runs would stand on; seeds: its seeds
+        to be taken from one directory; root: the repository root; exclude: a directory
+        (relative, as params names it) not to consider.
+
+    Only ``run.json`` of each candidate run is read (the manifest is verified by
+    :func:`locate` once a directory is taken).  A directory whose ``run.json`` is malformed
+    is not a match.
+    """
+    base = Path(root) / KEPT_RUNS
+    if not base.is_dir():
+        return []
+    out = []
+    for d in sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink()):
+        rel = d.relative_to(root).as_posix()
+        if rel == exclude:
+            continue
+        ok = True
+        for seed in seeds:
+            run = d / f"s{seed}"
+            if not (run / "run.json").is_file():
+                ok = False
+                break
+            try:
+                made = _made_by_records(run, "")
+                if disagreements(run, params, side, seed, made):
+                    ok = False
+            except (SideError, records.RecordError):
+                ok = False
+            if not ok:
+                break
+        if ok:
+            out.append(rel)
+    return out
+
+
+def kept_runs_hint(params: dict, side: str, seeds, root: str | Path = ".",
+                   exclude: str | None = None) -> str:
+    """The ways on for a side whose named runs were made with other parameters than the
+    round's and that :func:`resolve` could not replace (no directory of
+    :data:`KEPT_RUNS` made with them, or several): one clause, appended to the refusal's
+    line (:func:`dreamer_parity.preflight.check_runs`)."""
+    key = f"{side}.source"
+    found = matching_kept_runs(params, side, seeds, root, exclude=exclude)
+    ways = f"run them here (-S {key}=run) or name kept runs made with them (-S {key}=<dir>)"
+    if len(found) > 1:
+        return (f"several kept runs under {KEPT_RUNS}/ were made with the round's parameters "
+                f"({', '.join(found)}): name one (-S {key}=<dir>)")
+    return f"no kept runs under {KEPT_RUNS}/ were made with the round's parameters: {ways}"
+
+
 def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[str, Side]:
     """Resolve ``<side>.source`` of every side: the one place the sides are decided.
 
@@ -241,7 +342,11 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
       :func:`locate`, its manifest verified (required: every run a directory source
       names is kept with one).  Every manifest under a source directory, and the one of
       a directory above it that covers it, is verified first
-      (:func:`dreamer_parity.manifest.verify_tree`).  ``run_dir`` values are relative to ``root`` (POSIX form).
+      (:func:`dreamer_parity.manifest.verify_tree`).  Where the records runs a directory
+      names were made with other parameters than the round's (:func:`disagreements`), that
+      directory's seeds come from the kept-runs directory made with the round's parameters
+      where exactly one is (:func:`matching_kept_runs`), and ``source`` names it.
+      ``run_dir`` values are relative to ``root`` (POSIX form).
 
     Raises:
       SideError / params.ParamsError: one line naming ``<side>.source``: a path outside
@@ -254,12 +359,13 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
     trees = set()
     for side in sides:
         key = f"{side}.source"
-        entries = []
-        for seed, src in seed_sources(params, side).items():
-            if src == "run":
-                entries.append(SeedSource(seed, "run", f"{RESULTS}/{side}/s{seed}",
-                                          "records", side))
-                continue
+        where = seed_sources(params, side)
+        # a directory whose records runs were made with other parameters than the round's
+        # gives way, for its seeds, to the kept runs made with the round's (one decision)
+        instead: dict[str, str] = {}
+        located: dict[tuple, tuple] = {}
+        for src in dict.fromkeys(v for v in where.values() if v != "run"):
+            seeds = [s for s, v in where.items() if v == src]
             d = P.repo_path(key, src, root)
             if not d.is_dir():
                 raise SideError(f"params: {key}: {src} is not a directory (the published "
@@ -268,8 +374,33 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
             if src not in trees:    # every manifest under the source, once
                 manifest.verify_tree(d, src, top=root)
                 trees.add(src)
-            run_dir, layout, made = locate(d, side, seed, f"params: {key}", src,
-                                           require_manifest=True)
+            for seed in seeds:
+                run_dir, layout, made = located[src, seed] = locate(
+                    d, side, seed, f"params: {key}", src, require_manifest=True)
+                try:
+                    wrong = disagreements(run_dir, params, side, seed, made) \
+                        if layout == "records" else []
+                except records.RecordError:
+                    wrong = []                  # a malformed run.json: preflight names it
+                if wrong:
+                    found = matching_kept_runs(params, side, seeds, root, exclude=src)
+                    if len(found) == 1:         # else the named runs stay, and are refused
+                        instead[src] = found[0]
+                    break
+        entries = []
+        for seed, src in where.items():
+            if src == "run":
+                entries.append(SeedSource(seed, "run", f"{RESULTS}/{side}/s{seed}",
+                                          "records", side))
+                continue
+            src = instead.get(src, src)
+            if (src, seed) not in located:
+                if src not in trees:
+                    manifest.verify_tree(P.repo_path(key, src, root), src, top=root)
+                    trees.add(src)
+                located[src, seed] = locate(P.repo_path(key, src, root), side, seed,
+                                            f"params: {key}", src, require_manifest=True)
+            run_dir, layout, made = located[src, seed]
             entries.append(SeedSource(seed, src, run_dir.relative_to(root).as_posix(),
                                       layout, made))
         out[side] = Side(side, tuple(entries))
