@@ -104,15 +104,6 @@ MIN_PHASE_S = 5.0          # no child is started with less than this left
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM when allocating")
 
 
-def train_step_lib():
-    """The candidate's train-step benchmark helpers (``synthetic_batch``):
-    ``benchmarks/lib/train_step.py``, imported with the repository root on ``sys.path``."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from benchmarks.lib import train_step
-    return train_step
-
-
 # --------------------------------------------------------------------------- wheels
 
 def wheel_name(path) -> tuple[str, str]:
@@ -293,7 +284,7 @@ def _step_program(spec):
     from dreamer_parity.candidate.runtime import loop, seedmap
 
     _set_precision(jax, spec)
-    lib = train_step_lib()
+    from dreamer_parity.candidate.synthetic import synthetic_batch
     agent, cfg = _agent(spec)
     n = spec["seeds"]
     keys = jax.random.split(jax.random.PRNGKey(0), n)
@@ -301,7 +292,7 @@ def _step_program(spec):
     # on the device once: a host batch would be copied to the device at every call
     batches = jax.device_put(jax.tree_util.tree_map(
         lambda *x: np.stack(x),
-        *[lib.synthetic_batch(cfg, spec["batch"], spec["length"], i) for i in range(n)]))
+        *[synthetic_batch(cfg, spec["batch"], spec["length"], i) for i in range(n)]))
     step = jax.jit(jax.vmap(seedmap.per_seed(partial(agent.train_step, cfg),
                                              step_seed_batch(spec))),
                    compiler_options=loop.compiler_options(agent))

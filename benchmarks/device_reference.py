@@ -199,7 +199,7 @@ HEAD_KEYS = tuple(f"agent/{h}/dist/out/{p}" for h in ("rew", "critic", "slowcrit
 def save_heads(run_dir, out_dir, name: str) -> Path:
     """``out_dir/name.heads.npz``: the two-hot heads' output layers (:data:`HEAD_KEYS`) of a
     finished run's final parameters (``params.npz``, which the archive leaves out; 0.4 MiB
-    of its 7 MiB at the full profile), for ``benchmarks/twohot_mirror.py``; never kept.
+    of its 7 MiB at the full profile), for ``measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py``; never kept.
     Written under a temporary name and renamed when complete.
 
     Raises:
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
                     help="change a parameter (e.g. reference.platform=cpu, profile=smoke)")
     ap.add_argument("--with-heads", action="store_true",
                     help="also bring back the two-hot heads' output layers of the final "
-                         "parameters as NAME.heads.npz (for benchmarks/twohot_mirror.py)")
+                         "parameters as NAME.heads.npz (for measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py)")
     a = ap.parse_args(argv)
     if a.prepare:
         try:

@@ -9,7 +9,7 @@ the update time goes).
 Without ``--loop`` it compiles ``jit(vmap(agent.train_step))`` (plain vmap: with
 ``--seeds`` above 1 this is the batched program, not the run's one-seed-at-a-time loop of
 ``candidate/runtime/seedmap.py``; its per-seed program is what ``--seeds 1`` profiles) on a
-synthetic batch (``benchmarks/lib/train_step.py``), runs ``--updates`` blocking updates under
+synthetic batch (:mod:`dreamer_parity.candidate.synthetic`), runs ``--updates`` blocking updates under
 ``jax.profiler.trace`` and sums the XLA:CPU op events of the trace per op name.
 
 With ``--loop`` it profiles the run's own chunk program instead (``loop.build`` with the
@@ -81,7 +81,7 @@ import numpy as np  # noqa: E402
 
 from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step  # noqa: E402
 from benchmarks.lib.cli import positive_int  # noqa: E402
-from benchmarks.lib.train_step import synthetic_batch  # noqa: E402
+from dreamer_parity.candidate.synthetic import synthetic_batch  # noqa: E402
 from dreamer_parity.candidate import twohot  # noqa: E402
 from dreamer_parity.candidate.config import TWOHOT_INDEX, AgentConfig  # noqa: E402
 

@@ -24,7 +24,7 @@ Writes the run into ``DIR`` (as the runner: ``records.jsonl``, ``episodes.jsonl`
 ``run.json`` whose ``patches.replaced`` names the probe, ``timing.json``, ``DONE.json``,
 ``params.npz``), then ``DIR/probe.heads.npz``, the heads' output layers of the final
 parameters (``benchmarks/device_reference.py``'s ``save_heads``), for
-``benchmarks/twohot_mirror.py``.  A probe run is never a protocol run: every round and
+``measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py``.  A probe run is never a protocol run: every round and
 ``python -m dreamer_parity.keep`` refuse it (:func:`dreamer_parity.records.check_run_agrees`).
 
 Exit status: the runner's (0 ok, 1 the run failed); 2 bad input or a set-up failure (one
