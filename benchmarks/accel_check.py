@@ -67,7 +67,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -81,7 +80,7 @@ REPO = Path(__file__).resolve().parents[1]
 # the checkout this script lies in, not an installed copy (the device machine has none)
 sys.path.insert(0, str(REPO / "src"))
 
-from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
+from dreamer_parity import provenance, records, wheels  # noqa: E402  (standard library only)
 from dreamer_parity.candidate.config import TWOHOT_INDEX  # noqa: E402  (imports no jax)
 from dreamer_parity.candidate.runtime.run import (  # noqa: E402  (imports no jax)
     RunParamsError, parse_seed_batch)
@@ -106,24 +105,13 @@ OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM when
 
 # --------------------------------------------------------------------------- wheels
 
-def wheel_name(path) -> tuple[str, str]:
-    """``(normalised distribution name, version)`` from a wheel's file name (PEP 427).
-
-    Raises ValueError naming the file when it is not ``name-version-...-...-....whl``.
-    """
-    parts = Path(path).name.split("-")
-    if not Path(path).name.endswith(".whl") or len(parts) < 5:
-        raise ValueError(f"{Path(path).name}: not a wheel file name")
-    return re.sub(r"[-_.]+", "-", parts[0]).lower(), parts[1]
-
-
 def plan_wheels(wheel_dir) -> list[dict]:
     """What to do with each wheel of ``wheel_dir``: ``{"wheel", "name", "version",
     "installed" (version or None), "action": "install" | "present"}``; a distribution
     already installed, at any version, is left alone (recorded)."""
     out = []
     for whl in sorted(Path(wheel_dir).glob("*.whl")) if Path(wheel_dir).is_dir() else []:
-        name, version = wheel_name(whl)
+        name, version = wheels.wheel_name(whl)
         have = provenance.package_versions((name,))[name]
         out.append({"wheel": whl.name, "name": name, "version": version, "installed": have,
                     "action": "present" if have else "install"})
@@ -132,20 +120,15 @@ def plan_wheels(wheel_dir) -> list[dict]:
 
 def install_wheels(wheel_dir, target) -> list[dict]:
     """Install the wheels of ``wheel_dir`` whose distributions are missing into ``target``
-    (``pip install --no-index --no-deps --target``) and put ``target`` first on
-    ``sys.path`` and ``$PYTHONPATH`` (for the children).  Returns :func:`plan_wheels`.
+    (:func:`dreamer_parity.wheels.install`) and put ``target`` first on ``sys.path`` and
+    ``$PYTHONPATH`` (for the children).  Returns :func:`plan_wheels`.
 
     Raises RuntimeError with pip's last line when pip fails.
     """
     plan = plan_wheels(wheel_dir)
-    todo = [str(Path(wheel_dir) / p["wheel"]) for p in plan if p["action"] == "install"]
+    todo = [Path(wheel_dir) / p["wheel"] for p in plan if p["action"] == "install"]
     if todo:
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
-                            "--no-deps", "--no-compile", "--disable-pip-version-check",
-                            "--target", str(target), *todo], capture_output=True, text=True)
-        if r.returncode != 0:
-            last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"pip install of {len(todo)} wheel(s) failed: {last}")
+        wheels.install(todo, target)
         sys.path.insert(0, str(target))
         os.environ["PYTHONPATH"] = os.pathsep.join(
             [str(target)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -153,9 +136,8 @@ def install_wheels(wheel_dir, target) -> list[dict]:
 
 
 def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
-    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest`` (wheels for
-    CPython 3.11 on x86-64 Linux, pure Python or manylinux 2.17, no dependencies), removing
-    other wheels there.
+    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest``
+    (:func:`dreamer_parity.wheels.download`), removing other wheels there.
 
     Raises RuntimeError naming a package the lock does not pin, or pip's last line.
     """
@@ -163,22 +145,7 @@ def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
     missing = [n for n in ACCEL_WHEELS if n not in pins]
     if missing:
         raise RuntimeError(f"{Path(lock).name} pins no version of {', '.join(missing)}")
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    wanted = {(n, pins[n]) for n in ACCEL_WHEELS}
-    for old in dest.glob("*.whl"):
-        if wheel_name(old) not in wanted:
-            old.unlink()
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "--python-version", "3.11", "--implementation",
-                        "cp", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-                        "--platform", "any",
-                        "--disable-pip-version-check", "-d", str(dest),
-                        *(f"{n}=={pins[n]}" for n in ACCEL_WHEELS)], capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"pip download failed: {last}")
-    return sorted(dest.glob("*.whl"))
+    return wheels.download({n: pins[n] for n in ACCEL_WHEELS}, dest)
 
 
 def travelling_bytes() -> int | None:

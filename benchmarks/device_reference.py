@@ -52,7 +52,6 @@ Exit status: 0 archived; 1 the run failed (no archive); 2 bad input or a set-up 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -66,10 +65,13 @@ REPO = Path(__file__).resolve().parents[1]
 #: The machine's temporary directory: where the wheels and the run go by default.
 TMP = Path(tempfile.gettempdir())
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO))   # benchmarks.lib
 
+from benchmarks.lib.cli import bench_params  # noqa: E402
 from dreamer_parity import archive  # noqa: E402  (standard library only)
 from dreamer_parity import params as P  # noqa: E402
 from dreamer_parity import provenance, records  # noqa: E402
+from dreamer_parity import wheels as wheel_helper  # noqa: E402  (standard library only)
 from dreamer_parity.reference import setup as ref_setup  # noqa: E402
 
 #: What the lent TPU machine holds besides Python 3.11 (TPU_FACTS, the tool's KINDS.md):
@@ -77,16 +79,9 @@ from dreamer_parity.reference import setup as ref_setup  # noqa: E402
 PREINSTALLED = ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum")
 #: Besides the reference's lock: what the pipeline's own side needs there (params.load).
 ALSO = ("PyYAML",)
-#: pip's platform tags, the oldest glibc first (pip prefers the earlier tag).
-PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_26_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64")
 #: The environment the device runs.
 JAX = "0.10.2"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def wanted_wheels() -> dict[str, str]:
@@ -95,54 +90,16 @@ def wanted_wheels() -> dict[str, str]:
     main = provenance.read_pins(REPO / "requirements.lock")
     out = {n: v for n, v in lock.items() if n not in PREINSTALLED}
     for n in ALSO:
-        if _norm(n) not in main:
+        if provenance.normalise(n) not in main:
             raise RuntimeError(f"requirements.lock pins no version of {n}")
-        out[_norm(n)] = main[_norm(n)]
+        out[provenance.normalise(n)] = main[provenance.normalise(n)]
     return dict(sorted(out.items()))
-
-
-def wheel_name(path: Path) -> tuple[str, str]:
-    """``(normalised name, version)`` of a wheel file name."""
-    name, version = Path(path).name.split("-")[:2]
-    return _norm(name), version
-
-
-def download_wheels(dest) -> list[Path]:
-    """Download :func:`wanted_wheels` into ``dest`` (no dependencies, CPython 3.11 x86-64
-    Linux), removing other wheels there; exactly one wheel per package.
-
-    Raises:
-      RuntimeError: pip's last line, or a package without exactly one wheel.
-    """
-    want = wanted_wheels()
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("*.whl"):
-        if want.get(wheel_name(old)[0]) != wheel_name(old)[1]:
-            old.unlink()
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-           "--abi", "abi3", "--abi", "none", "--disable-pip-version-check", "-d", str(dest)]
-    for tag in PLATFORMS:
-        cmd += ["--platform", tag]
-    r = subprocess.run(cmd + [f"{n}=={v}" for n, v in want.items()], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"pip download failed: "
-                           f"{(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
-    found: dict[str, list[Path]] = {}
-    for w in dest.glob("*.whl"):
-        found.setdefault(wheel_name(w)[0], []).append(w)
-    bad = [n for n in want if len(found.get(n, [])) != 1]
-    if bad:
-        raise RuntimeError(f"not exactly one wheel for {', '.join(bad)}")
-    return sorted(dest.glob("*.whl"))
 
 
 def prepare(carry, source=None) -> dict:
     """Fill ``carry`` (module doc); return ``{"wheels_mib", "export_mib", "wheels"}``."""
     carry = Path(carry)
-    wheels = download_wheels(carry / "wheels")
+    wheels = wheel_helper.download(wanted_wheels(), carry / "wheels")
     archive = ref_setup.export(carry, source, log=lambda m: None)
     mib = lambda n: round(n / 2**20, 2)  # noqa: E731
     return {"wheels": [w.name for w in wheels],
@@ -163,15 +120,10 @@ def device_params(seed: int, sets=()) -> dict:
            "eval_every": 400, "eval_episodes": 10,
            "reference": {"decode": "exact", "sampler": "per_run", "jax": JAX, "platform": "tpu",
                          "precision": "highest", "source": "run"}}
-    for s in sets:
-        P.apply_set(raw, s)
-    if raw.get("seeds") != [seed]:
+    p = bench_params(raw, sets, where="--set")
+    if p["seeds"] != [seed]:
         raise P.ParamsError("seeds", f"the device runs seed {seed} alone (--seed)")
-    rows = raw.get("rows")
-    raw["stats"] = {**raw.get("stats", {}), "s1_rows": [rows], "late_rows": [],
-                    "concordance_rows": [rows], "concordance_range": []}
-    nested = raw
-    return P.validate(nested, where="--set")
+    return p
 
 
 def archive_run(run_dir, out_dir, name: str) -> Path | None:
@@ -241,26 +193,9 @@ def _run(cmd, env, log, cwd=REPO) -> int:
     return proc.wait()
 
 
-def install_wheels(wheels: Path, site: Path, log) -> str:
-    """Install every wheel of ``wheels`` into ``site`` (unless a stamp says that set is
-    there already); returns what was done."""
+def _install(wheels: Path, site: Path) -> str:
     files = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
-    if not files:
-        return "no wheels carried"
-    stamp = site / (".installed-" + hashlib.sha256(
-        "\n".join(f.name for f in files).encode()).hexdigest()[:16])
-    if stamp.exists():
-        return f"{len(files)} wheels already in {site}"
-    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q",
-                        "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-                        "--disable-pip-version-check", "--target", str(site),
-                        *map(str, files)], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"pip install of the carried wheels failed: "
-                           f"{(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
-    stamp.write_text("\n".join(f.name for f in files) + "\n")
-    return f"{len(files)} wheels installed into {site}"
+    return wheel_helper.install(files, site) if files else "no wheels carried"
 
 
 def main(argv=None) -> int:
@@ -322,7 +257,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     env = dict(os.environ)
     try:
-        log(f"[device] {install_wheels(carry / 'wheels', site, log)} ({time.time() - t0:.1f} s)")
+        log(f"[device] {_install(carry / 'wheels', site)} ({time.time() - t0:.1f} s)")
     except RuntimeError as e:
         log(f"[device] error: {e}")
         return 2
