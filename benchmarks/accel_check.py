@@ -1,18 +1,16 @@
 """The candidate on an accelerator (TPU or GPU): one check of its speed, memory and numerics.
 
-On the lent TPU machine, from the repository root (docs/CANDIDATE.md#accelerators)::
+On the accelerator's machine, from the repository root (docs/CANDIDATE.md#accelerators;
+a TPU machine with its own package index: ``. benchmarks/device_env.sh`` first)::
 
-    . benchmarks/device_env.sh && PYTHONUNBUFFERED=1 python3 benchmarks/accel_check.py \\
-        --out $OUT --budget-s 420
+    PYTHONUNBUFFERED=1 python3 benchmarks/accel_check.py --out <dir> --budget-s 420
 
 Before that, here: ``make accel-wheels`` (``python benchmarks/accel_check.py
---download-wheels``), which puts into the git-ignored ``.accel-wheels/`` the pure-Python wheels
-the device machine lacks and its package index does not hold (:data:`ACCEL_WHEELS` at the
-versions of ``requirements.lock``, about 2 MiB).  The device call must carry them:
-``carry: [".accel-wheels"]``.  This script installs those the interpreter lacks with ``pip
---no-index --no-deps`` into a temporary directory (nothing is installed into the
-interpreter's own environment); ``benchmarks/device_env.sh`` installs the rest from the TPU
-machine's own index.
+--download-wheels``), which puts into the git-ignored ``.accel-wheels/`` the wheels that
+machine lacks and its package index does not hold (:data:`ACCEL_WHEELS` at the versions of
+``requirements.lock``, about 2 MiB); they go there with the checkout.  This script installs
+those the interpreter lacks into a temporary directory (:mod:`dreamer_parity.wheels`;
+nothing is installed into the interpreter's own environment).
 
 What it measures, each part in a fresh child process (its own device, its own peak memory,
 and an out-of-memory failure that ends that child only):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One reference seed on the lent TPU machine in one device call, and what that call carries.
+"""One reference seed on an accelerator's machine in one command, and what that machine needs.
 
 **Here** (main venv, with network; ``make tpu-reference``)::
 
@@ -20,7 +20,7 @@ jax 0.10.2 (``reference.jax: 0.10.2``):
 
     python3 benchmarks/device_reference.py --seed S --name NAME
 
-in one command, with the call carrying ``[".tpu-ref"]``:
+in one command, with ``.tpu-ref/`` beside the checkout:
 
 1. installs the wheels into ``--site`` (``site`` in the temporary directory; ``pip --no-index --no-deps
    --target``), put at the end of ``PYTHONPATH`` so that the machine's own jax stays first
@@ -74,7 +74,7 @@ from dreamer_parity import provenance, records  # noqa: E402
 from dreamer_parity import wheels as wheel_helper  # noqa: E402  (standard library only)
 from dreamer_parity.reference import setup as ref_setup  # noqa: E402
 
-#: What the lent TPU machine holds besides Python 3.11 (TPU_FACTS, the tool's KINDS.md):
+#: What the TPU v5e machine measured holds besides Python 3.11 (docs/REFERENCE_RUN.md):
 #: jax and what jax needs, at requirements.lock's versions.
 PREINSTALLED = ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum")
 #: Besides the reference's lock: what the pipeline's own side needs there (params.load).

@@ -34,12 +34,12 @@ the code on disk.
 **On an accelerator** (jax's default backend is not ``cpu``; the XLA flag is then not
 needed) the op events are the device's own: those of the trace's ``/device:...`` processes,
 on their ``XLA Ops`` line where the trace has one (:func:`op_events`), so the seconds are the
-chip's busy time per op rather than host threads'. On the lent TPU machine, in one device
-call (``. benchmarks/device_env.sh`` first; ``JAX_DEFAULT_MATMUL_PRECISION=highest`` as the
+chip's busy time per op rather than host threads'. On a TPU machine
+(``. benchmarks/device_env.sh`` first; ``JAX_DEFAULT_MATMUL_PRECISION=highest`` as the
 runs use)::
 
     python3 benchmarks/profile_candidate.py --loop --seeds 1 --chunk-steps 2 \
-        --by-source 40 --out $OUT/profile-1seed
+        --by-source 40 --out <dir>/profile-1seed
 
 ``--twohot-index`` sets ``AgentConfig.twohot_index`` (how two-hot targets find their bins;
 ``auto``, the default, is what a run on this backend uses; both forms are exact),

@@ -25,7 +25,7 @@ from pathlib import Path
 GFLOP_PER_UPDATE = 28.85
 #: bfloat16 passes per float32 product at each jax_default_matmul_precision on a TPU.
 PASSES = {"default": 1, "high": 3, "highest": 6}
-#: bfloat16 matrix throughput measured on the lent TPU v5e (device tool's KINDS.md), TFLOP/s.
+#: bfloat16 matrix throughput measured on one TPU v5e chip, TFLOP/s.
 TPU_V5E_TFLOPS = 167.0
 #: The reference at 29eb964 on the same TPU v5e, seconds per update in its own loop
 #: (jax 0.10.2, precision highest; docs/REFERENCE_RUN.md,
