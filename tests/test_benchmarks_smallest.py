@@ -4,7 +4,7 @@ Each is run as its users run it (a fresh interpreter, ``python benchmarks/<scrip
 change of the params schema, the agent's config or the reference's launcher that breaks a
 benchmark fails here.  No figure is judged: the speed figures come from the scripts run on
 an idle machine (docs/PERFORMANCE.md).  ``accel_check.py`` runs end to end in
-test_benchmarks_accel_check.py, ``device_reference.py`` in test_reference_jax010.py.
+test_benchmarks_accel_check.py, ``dreamer_parity.device_reference`` in test_reference_jax010.py.
 """
 
 from __future__ import annotations

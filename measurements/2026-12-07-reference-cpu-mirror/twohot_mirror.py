@@ -16,7 +16,7 @@ bin), and the largest difference within a pair::
 
 ``params.npz`` is what the reference runner writes at the end of a run
 (``dreamer_parity.reference.runner``); ``<NAME>.heads.npz`` holds only those layers
-(``benchmarks/device_reference.py --with-heads``, how a device run brings them back).
+(``python -m dreamer_parity.device_reference --with-heads``, how a device run brings them back).
 Exit status 2 on a file that is neither (naming it and the missing key).
 """
 

@@ -3,7 +3,7 @@
 Standard library only (it runs on a device machine's bare ``python3``).  The one place that
 names a wheel file, downloads wheels at a lock's versions and installs carried wheels:
 ``benchmarks/accel_check.py`` (the candidate's wheels, ``make accel-wheels``),
-``benchmarks/device_reference.py`` (the reference's, ``make tpu-reference``) and
+:mod:`dreamer_parity.device_reference` (the reference's, ``make tpu-reference``) and
 ``benchmarks/device_env.sh`` use it.  pip does the work; its last line is the error.
 
 Command line (what ``benchmarks/device_env.sh`` runs on the device machine)::

@@ -3,7 +3,7 @@
 
 **Here** (main venv, with network; ``make tpu-reference``)::
 
-    python benchmarks/device_reference.py --prepare .tpu-ref
+    python -m dreamer_parity.device_reference --prepare .tpu-ref
 
 fills the git-ignored ``.tpu-ref/`` with what the TPU machine lacks for the reference on
 jax 0.10.2 (``reference.jax: 0.10.2``):
@@ -18,7 +18,7 @@ jax 0.10.2 (``reference.jax: 0.10.2``):
 
 **There** (the device machine: its ``python3`` holds jax, jaxlib 0.10.2, numpy, scipy)::
 
-    python3 benchmarks/device_reference.py --seed S --name NAME
+    PYTHONPATH=src python3 -m dreamer_parity.device_reference --seed S --name NAME
 
 in one command, with ``.tpu-ref/`` beside the checkout:
 
@@ -61,18 +61,15 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from dreamer_parity import archive  # standard library only
+from dreamer_parity import params as P
+from dreamer_parity import provenance, records
+from dreamer_parity import wheels as wheel_helper  # standard library only
+from dreamer_parity.reference import setup as ref_setup
+
+REPO = Path(__file__).resolve().parents[2]
 #: The machine's temporary directory: where the wheels and the run go by default.
 TMP = Path(tempfile.gettempdir())
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO))   # benchmarks.lib
-
-from benchmarks.lib.cli import bench_params  # noqa: E402
-from dreamer_parity import archive  # noqa: E402  (standard library only)
-from dreamer_parity import params as P  # noqa: E402
-from dreamer_parity import provenance, records  # noqa: E402
-from dreamer_parity import wheels as wheel_helper  # noqa: E402  (standard library only)
-from dreamer_parity.reference import setup as ref_setup  # noqa: E402
 
 #: What the TPU v5e machine measured holds besides Python 3.11 (docs/REFERENCE_RUN.md):
 #: jax and what jax needs, at requirements.lock's versions.
@@ -120,10 +117,14 @@ def device_params(seed: int, sets=()) -> dict:
            "eval_every": 400, "eval_episodes": 10,
            "reference": {"decode": "exact", "sampler": "per_run", "jax": JAX, "platform": "tpu",
                          "precision": "highest", "source": "run"}}
-    p = bench_params(raw, sets, where="--set")
-    if p["seeds"] != [seed]:
+    for s in sets:
+        P.apply_set(raw, s)
+    if raw.get("seeds") != [seed]:
         raise P.ParamsError("seeds", f"the device runs seed {seed} alone (--seed)")
-    return p
+    rows = raw.get("rows")
+    raw["stats"] = {**raw.get("stats", {}), "s1_rows": [rows], "late_rows": [],
+                    "concordance_rows": [rows], "concordance_range": []}
+    return P.validate(raw, where="--set")
 
 
 def archive_run(run_dir, out_dir, name: str) -> Path | None:
@@ -199,7 +200,7 @@ def _install(wheels: Path, site: Path) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/device_reference.py", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.device_reference", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prepare", metavar="DIR", default=None,
                     help="here: fill DIR with the wheels and the export, and exit")
