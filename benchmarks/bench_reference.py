@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     if a.loop_rows % 16 or a.loop_rows <= 1040:
         ap.error("--loop-rows must be a multiple of 16 above the gate row 1040")
     try:
-        # the reference loop's parameters: params.yaml's defaults, the stock sampler
+        # the reference loop's parameters: the schema's defaults, the stock sampler
         p = bench_params({"profile": a.profile, "rows": a.loop_rows, "eval_every": a.loop_rows,
                           "eval_episodes": 1, "seeds": [0],
                           "reference": {"decode": "ref", "sampler": "stock"}})

@@ -24,8 +24,8 @@ def positive_int(text: str) -> int:
 def add_reference_seed_arguments(ap: argparse.ArgumentParser, out_help: str) -> None:
     """The options of a script that launches one reference seed of a round's params
     (``--params``, ``--set``, ``--seed``, ``--out``, ``--root``), as
-    ``benchmarks/reference_mirror_probe.py`` takes them; the values are validated by their readers (``keep.load_params``,
-    ``launch.parse_seed``)."""
+    ``benchmarks/reference_mirror_probe.py`` takes them; the values are validated by their
+    readers (``keep.load_params``, ``launch.parse_seed``)."""
     ap.add_argument("--params", required=True, help="a round's params file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one parameter (repeatable)")
