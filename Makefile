@@ -123,7 +123,7 @@ accel-wheels: venv
 # there with the working tree: the wheels that machine lacks for reference.jax 0.10.2 and the
 # export of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine").
 tpu-reference: venv
-	$(PY) benchmarks/device_reference.py --prepare .tpu-ref
+	$(PY) -m dreamer_parity.device_reference --prepare .tpu-ref
 
 clean-venv:
 	rm -rf $(VENV)

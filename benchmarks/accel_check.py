@@ -1,18 +1,16 @@
 """The candidate on an accelerator (TPU or GPU): one check of its speed, memory and numerics.
 
-On the lent TPU machine, from the repository root (docs/CANDIDATE.md#accelerators)::
+On the accelerator's machine, from the repository root (docs/CANDIDATE.md#accelerators;
+a TPU machine with its own package index: ``. benchmarks/device_env.sh`` first)::
 
-    . benchmarks/device_env.sh && PYTHONUNBUFFERED=1 python3 benchmarks/accel_check.py \\
-        --out $OUT --budget-s 420
+    PYTHONUNBUFFERED=1 python3 benchmarks/accel_check.py --out <dir> --budget-s 420
 
 Before that, here: ``make accel-wheels`` (``python benchmarks/accel_check.py
---download-wheels``), which puts into the git-ignored ``.accel-wheels/`` the pure-Python wheels
-the device machine lacks and its package index does not hold (:data:`ACCEL_WHEELS` at the
-versions of ``requirements.lock``, about 2 MiB).  The device call must carry them:
-``carry: [".accel-wheels"]``.  This script installs those the interpreter lacks with ``pip
---no-index --no-deps`` into a temporary directory (nothing is installed into the
-interpreter's own environment); ``benchmarks/device_env.sh`` installs the rest from the TPU
-machine's own index.
+--download-wheels``), which puts into the git-ignored ``.accel-wheels/`` the wheels that
+machine lacks and its package index does not hold (:data:`ACCEL_WHEELS` at the versions of
+``requirements.lock``, about 2 MiB); they go there with the checkout.  This script installs
+those the interpreter lacks into a temporary directory (:mod:`dreamer_parity.wheels`;
+nothing is installed into the interpreter's own environment).
 
 What it measures, each part in a fresh child process (its own device, its own peak memory,
 and an out-of-memory failure that ends that child only):
@@ -67,7 +65,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -81,7 +78,7 @@ REPO = Path(__file__).resolve().parents[1]
 # the checkout this script lies in, not an installed copy (the device machine has none)
 sys.path.insert(0, str(REPO / "src"))
 
-from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
+from dreamer_parity import provenance, records, wheels  # noqa: E402  (standard library only)
 from dreamer_parity.candidate.config import TWOHOT_INDEX  # noqa: E402  (imports no jax)
 from dreamer_parity.candidate.runtime.run import (  # noqa: E402  (imports no jax)
     RunParamsError, parse_seed_batch)
@@ -104,27 +101,7 @@ MIN_PHASE_S = 5.0          # no child is started with less than this left
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM when allocating")
 
 
-def train_step_lib():
-    """The candidate's train-step benchmark helpers (``synthetic_batch``):
-    ``benchmarks/lib/train_step.py``, imported with the repository root on ``sys.path``."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from benchmarks.lib import train_step
-    return train_step
-
-
 # --------------------------------------------------------------------------- wheels
-
-def wheel_name(path) -> tuple[str, str]:
-    """``(normalised distribution name, version)`` from a wheel's file name (PEP 427).
-
-    Raises ValueError naming the file when it is not ``name-version-...-...-....whl``.
-    """
-    parts = Path(path).name.split("-")
-    if not Path(path).name.endswith(".whl") or len(parts) < 5:
-        raise ValueError(f"{Path(path).name}: not a wheel file name")
-    return re.sub(r"[-_.]+", "-", parts[0]).lower(), parts[1]
-
 
 def plan_wheels(wheel_dir) -> list[dict]:
     """What to do with each wheel of ``wheel_dir``: ``{"wheel", "name", "version",
@@ -132,7 +109,7 @@ def plan_wheels(wheel_dir) -> list[dict]:
     already installed, at any version, is left alone (recorded)."""
     out = []
     for whl in sorted(Path(wheel_dir).glob("*.whl")) if Path(wheel_dir).is_dir() else []:
-        name, version = wheel_name(whl)
+        name, version = wheels.wheel_name(whl)
         have = provenance.package_versions((name,))[name]
         out.append({"wheel": whl.name, "name": name, "version": version, "installed": have,
                     "action": "present" if have else "install"})
@@ -141,20 +118,15 @@ def plan_wheels(wheel_dir) -> list[dict]:
 
 def install_wheels(wheel_dir, target) -> list[dict]:
     """Install the wheels of ``wheel_dir`` whose distributions are missing into ``target``
-    (``pip install --no-index --no-deps --target``) and put ``target`` first on
-    ``sys.path`` and ``$PYTHONPATH`` (for the children).  Returns :func:`plan_wheels`.
+    (:func:`dreamer_parity.wheels.install`) and put ``target`` first on ``sys.path`` and
+    ``$PYTHONPATH`` (for the children).  Returns :func:`plan_wheels`.
 
     Raises RuntimeError with pip's last line when pip fails.
     """
     plan = plan_wheels(wheel_dir)
-    todo = [str(Path(wheel_dir) / p["wheel"]) for p in plan if p["action"] == "install"]
+    todo = [Path(wheel_dir) / p["wheel"] for p in plan if p["action"] == "install"]
     if todo:
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
-                            "--no-deps", "--no-compile", "--disable-pip-version-check",
-                            "--target", str(target), *todo], capture_output=True, text=True)
-        if r.returncode != 0:
-            last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"pip install of {len(todo)} wheel(s) failed: {last}")
+        wheels.install(todo, target)
         sys.path.insert(0, str(target))
         os.environ["PYTHONPATH"] = os.pathsep.join(
             [str(target)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -162,9 +134,8 @@ def install_wheels(wheel_dir, target) -> list[dict]:
 
 
 def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
-    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest`` (wheels for
-    CPython 3.11 on x86-64 Linux, pure Python or manylinux 2.17, no dependencies), removing
-    other wheels there.
+    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest``
+    (:func:`dreamer_parity.wheels.download`), removing other wheels there.
 
     Raises RuntimeError naming a package the lock does not pin, or pip's last line.
     """
@@ -172,27 +143,12 @@ def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
     missing = [n for n in ACCEL_WHEELS if n not in pins]
     if missing:
         raise RuntimeError(f"{Path(lock).name} pins no version of {', '.join(missing)}")
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    wanted = {(n, pins[n]) for n in ACCEL_WHEELS}
-    for old in dest.glob("*.whl"):
-        if wheel_name(old) not in wanted:
-            old.unlink()
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "--python-version", "3.11", "--implementation",
-                        "cp", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-                        "--platform", "any",
-                        "--disable-pip-version-check", "-d", str(dest),
-                        *(f"{n}=={pins[n]}" for n in ACCEL_WHEELS)], capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"pip download failed: {last}")
-    return sorted(dest.glob("*.whl"))
+    return wheels.download({n: pins[n] for n in ACCEL_WHEELS}, dest)
 
 
 def travelling_bytes() -> int | None:
-    """Bytes of the files a device call sends besides the carried paths: the tracked and
-    the untracked, not ignored files of this checkout (None without git)."""
+    """Bytes of the files copied to the accelerator's machine besides the wheel folder: the
+    tracked and the untracked, not ignored files of this checkout (None without git)."""
     try:
         names = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached",
                                 "--others", "--exclude-standard"], capture_output=True,
@@ -293,7 +249,7 @@ def _step_program(spec):
     from dreamer_parity.candidate.runtime import loop, seedmap
 
     _set_precision(jax, spec)
-    lib = train_step_lib()
+    from dreamer_parity.candidate.synthetic import synthetic_batch
     agent, cfg = _agent(spec)
     n = spec["seeds"]
     keys = jax.random.split(jax.random.PRNGKey(0), n)
@@ -301,7 +257,7 @@ def _step_program(spec):
     # on the device once: a host batch would be copied to the device at every call
     batches = jax.device_put(jax.tree_util.tree_map(
         lambda *x: np.stack(x),
-        *[lib.synthetic_batch(cfg, spec["batch"], spec["length"], i) for i in range(n)]))
+        *[synthetic_batch(cfg, spec["batch"], spec["length"], i) for i in range(n)]))
     step = jax.jit(jax.vmap(seedmap.per_seed(partial(agent.train_step, cfg),
                                              step_seed_batch(spec))),
                    compiler_options=loop.compiler_options(agent))
@@ -880,11 +836,11 @@ def main(argv=None) -> int:
             return 2
         size = sum(p.stat().st_size for p in got)
         print(f"accel_check: {len(got)} wheels, {size / 2**20:.2f} MiB in {a.wheels}/ "
-              f"(carry [\"{a.wheels}\"]): " + ", ".join(p.name for p in got))
+              f"(copy it with the working tree): " + ", ".join(p.name for p in got))
         tree = travelling_bytes()
         if tree is not None:
             print(f"accel_check: the working tree that travels with them: "
-                  f"{(tree + size) / 2**20:.1f} MiB (the device call takes 64 MiB at most)")
+                  f"{(tree + size) / 2**20:.1f} MiB")
         return 0
     _validate(ap, a)
     Path(a.out).mkdir(parents=True, exist_ok=True)
@@ -903,7 +859,7 @@ def main(argv=None) -> int:
         missing = [m for m in NEEDED_MODULES if importlib.util.find_spec(m) is None]
         if missing:
             res["error"] = (f"not installed: {', '.join(missing)} (no wheel in {a.wheels}/: "
-                            f"run `make accel-wheels` and carry [\"{a.wheels}\"])")
+                            f"run `make accel-wheels` and copy {a.wheels}/ with the working tree)")
             check.write()
             print(f"accel_check: error: {res['error']}", file=sys.stderr)
             return 2

@@ -23,7 +23,7 @@ Measures in one run:
    process memory) and the exact bytes of the loop state (replay + agent state + envs)
    for 3 seeds at ``--rows`` rows;
 4. matmul FLOPs per update counted from the optimized HLO of one update with loop trip
-   counts (``benchmarks/lib/hlo_cost.py``), XLA's own ``cost_analysis`` for
+   counts (:mod:`dreamer_parity.hlo_cost`), XLA's own ``cost_analysis`` for
    comparison, and the achieved GFLOP/s;
 5. the reference's seconds per update: ``--reference-s-per-update``, else (``--reference
    auto``, when ``make reference-setup`` was run) the isolated figure of
@@ -148,7 +148,7 @@ def _tree_bytes(tree) -> int:
 
 def phase_throughput(a) -> dict:
     """Seed-updates per second for each seed count, memory, FLOPs per update."""
-    from benchmarks.lib.hlo_cost import matmul_flops
+    from dreamer_parity.hlo_cost import matmul_flops
     from dreamer_parity.schedule import Schedule
 
     out = {"throughput": {}}

@@ -32,9 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from dreamer_parity import provenance, records
-from dreamer_parity.reference import setup as rs
-from dreamer_parity.reference.launch import runner_command
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))   # benchmarks.lib
+
+from benchmarks.lib.cli import bench_params  # noqa: E402
+from dreamer_parity import provenance, records  # noqa: E402
+from dreamer_parity.reference import setup as rs  # noqa: E402
+from dreamer_parity.reference.launch import runner_command  # noqa: E402
 
 
 def _bench_agent(info, cache: Path, profile: str, updates: int) -> dict:
@@ -77,8 +81,12 @@ def main(argv=None) -> int:
     if a.loop_rows % 16 or a.loop_rows <= 1040:
         ap.error("--loop-rows must be a multiple of 16 above the gate row 1040")
     try:
-        info = rs.check_setup(a.root)
-    except rs.SetupError as e:
+        # the reference loop's parameters: the schema's defaults, the stock sampler
+        p = bench_params({"profile": a.profile, "rows": a.loop_rows, "eval_every": a.loop_rows,
+                          "eval_episodes": 1, "seeds": [0],
+                          "reference": {"decode": "ref", "sampler": "stock"}})
+        info = rs.check_setup(a.root, jax=p["reference"]["jax"])
+    except (rs.SetupError, ValueError) as e:
         print(f"bench_reference: error: {e}", file=sys.stderr)
         return 2
     res = {"profile": a.profile, "cpu": provenance.cpu_model(), "cpu_count": os.cpu_count(),
@@ -93,8 +101,6 @@ def main(argv=None) -> int:
         warm = _bench_agent(info, cache, a.profile, a.updates)
         print(f"[3/3] reference loop, {a.loop_rows} rows ...", file=sys.stderr, flush=True)
         out = tmp / "loop"
-        p = {"profile": a.profile, "rows": a.loop_rows, "eval_every": a.loop_rows,
-             "eval_episodes": 1, "reference": {"decode": "ref", "sampler": "stock"}}
         cmd, env = runner_command({**info, "jaxcache": cache}, 0, out, p)
         out.mkdir()
         t0 = time.time()

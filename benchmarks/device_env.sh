@@ -1,4 +1,4 @@
-# The candidate's packages on the lent TPU machine; source it at the start of a device call:
+# The candidate's packages on a TPU machine with its own package index; source it first:
 #
 #   . benchmarks/device_env.sh && PYTHONPATH=src:$PYTHONPATH python3 -m ...
 #
@@ -9,9 +9,9 @@
 #   - from that index, at requirements.lock's versions: flax, optax, matplotlib, six, pandas
 #     and flatbuffers (jax.export's serialization, which the candidate's program store uses),
 #     and what they need;
-#   - from the carried wheels in .accel-wheels/ (`make accel-wheels` here, `carry:
-#     [".accel-wheels"]`): gymnax, gymnasium, farama-notifications, seaborn and PyYAML (the
-#     index holds 6.0.3, the lock pins 6.0.4), without deps.
+#   - from the wheels in .accel-wheels/ (`make accel-wheels` here, brought along with the
+#     checkout): gymnax, gymnasium, farama-notifications, seaborn and PyYAML (the index holds
+#     6.0.3, the lock pins 6.0.4), without deps (python3 -m dreamer_parity.wheels install).
 # A marker named after the checksum of requirements.lock and this file skips the install on a
 # warm machine (the candidate's compilation cache and checkpoints live in $HOME too, under
 # ~/.cache/dreamer-parity: kept while the machine stays warm).  Returns non-zero, naming what failed, when an install fails.
@@ -31,9 +31,8 @@ if [ ! -f "$_dp_mark" ]; then
       --target "$_dp_deps" $(_dp_pins flax optax matplotlib six pandas flatbuffers) \
     || { echo "device_env: install from the machine's index failed" >&2; return 1; }
   ls .accel-wheels/*.whl >/dev/null 2>&1 \
-    || { echo "device_env: no .accel-wheels/*.whl: run 'make accel-wheels' here and carry [\".accel-wheels\"]" >&2; return 1; }
-  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
-      --no-compile --disable-pip-version-check --upgrade --target "$_dp_deps" .accel-wheels/*.whl \
+    || { echo "device_env: no .accel-wheels/*.whl: run 'make accel-wheels' and bring .accel-wheels along" >&2; return 1; }
+  PYTHONPATH=src python3 -m dreamer_parity.wheels install --target "$_dp_deps" .accel-wheels/*.whl \
     || { echo "device_env: install of .accel-wheels failed" >&2; return 1; }
   touch "$_dp_mark"
   echo "device_env: installed into \$HOME/dreamer-parity-deps in $(( $(date +%s) - _dp_t0 )) s" >&2

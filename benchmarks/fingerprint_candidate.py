@@ -6,7 +6,7 @@
 Prints sha256 digests of
 
 1. ``train_step``: the train state, outputs and metrics after one train step of seed 0's
-   initial state on a fixed synthetic batch (``benchmarks/lib/train_step.py`` ``synthetic_batch``), at the round's
+   initial state on a fixed synthetic batch (:func:`dreamer_parity.candidate.synthetic.synthetic_batch`), at the round's
    profile and decode, jitted with the loop's XLA:CPU options;
 2. ``carry``: every leaf of the loop carry (agent state, replay, envs, keys, metric windows)
    after the run's first ``--points`` evaluation points, computed by the run's own code
@@ -95,7 +95,7 @@ def train_step_digest(params: dict) -> str:
     import jax
 
     from dreamer_parity.candidate import agent
-    from benchmarks.lib.train_step import synthetic_batch
+    from dreamer_parity.candidate.synthetic import synthetic_batch
     from dreamer_parity.candidate.config import AgentConfig
     from dreamer_parity.candidate.runtime.loop import compiler_options
 

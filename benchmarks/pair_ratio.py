@@ -6,7 +6,8 @@ Usage (main venv, after ``make reference-setup``)::
                                     [--out FILE.json]
 
 One pairing is one ``bench_candidate.py --skip-cold --no-flops --reference none --seeds N``
-process and one ``bench_reference.py --profile full --skip-cold`` process, run one after
+process and one ``bench_reference.py --profile full --skip-cold`` process (``--profile
+smoke``: both at their smallest, the suite's check that they run), run one after
 the other with nothing else.  The order alternates (candidate first in pairings 1, 3, ...,
 reference first in 2, 4, ...), so a machine that drifts slower or faster over the hour
 does not favour one side.  The ratio of a pairing is the reference's seconds per update in
@@ -106,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="the candidate's vmapped seed count")
     ap.add_argument("--timed-chunks", type=int, default=2,
                     help="passed to bench_candidate.py (8 updates per vector step, 3 steps a chunk)")
+    ap.add_argument("--profile", default="full", choices=("full", "smoke"),
+                    help="the agent's widths on both sides (smoke: the suite's smallest run)")
     ap.add_argument("--out", default=None, help="also write the RESULT JSON here")
     a = ap.parse_args(argv)
     from dreamer_parity import records as _records
@@ -132,9 +135,13 @@ def main(argv=None) -> int:
         return 2
 
     py = sys.executable
-    cand = [py, str(HERE / "bench_candidate.py"), "--skip-cold", "--no-flops",
-            "--reference", "none", "--seeds", str(a.seeds), "--timed-chunks", str(a.timed_chunks)]
-    ref = [py, str(HERE / "bench_reference.py"), "--profile", "full", "--skip-cold"]
+    cand = [py, str(HERE / "bench_candidate.py"), "--profile", a.profile, "--skip-cold",
+            "--no-flops", "--reference", "none", "--seeds", str(a.seeds), "--timed-chunks",
+            str(a.timed_chunks)]
+    ref = [py, str(HERE / "bench_reference.py"), "--profile", a.profile, "--skip-cold"]
+    if a.profile == "smoke":    # the smallest sizes: one timed chunk, the first updates
+        cand += ["--rows", str(16 * (65 + 3 * (2 + a.timed_chunks)))]   # its smallest
+        ref += ["--updates", "1", "--loop-rows", "1056"]
     pairs, code = [], None
     for i in range(a.pairs):
         order = ("candidate", "reference") if i % 2 == 0 else ("reference", "candidate")
@@ -153,7 +160,7 @@ def main(argv=None) -> int:
         print(f"  pairing {i + 1}: candidate {p['candidate_s']:.3f} s, reference "
               f"{p['reference_s']:.3f} s, ratio {p['reference_s'] / p['candidate_s']:.2f}x",
               file=sys.stderr, flush=True)
-    res = {"seeds": a.seeds, "code": code, **summarise(pairs)}
+    res = {"seeds": a.seeds, "profile": a.profile, "code": code, **summarise(pairs)}
 
     print(f"\n| pairing (order) | candidate s per seed-update, {a.seeds} seeds (CPU s) | "
           f"reference s per update, own loop | ratio |")

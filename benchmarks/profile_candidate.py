@@ -9,7 +9,7 @@ the update time goes).
 Without ``--loop`` it compiles ``jit(vmap(agent.train_step))`` (plain vmap: with
 ``--seeds`` above 1 this is the batched program, not the run's one-seed-at-a-time loop of
 ``candidate/runtime/seedmap.py``; its per-seed program is what ``--seeds 1`` profiles) on a
-synthetic batch (``benchmarks/lib/train_step.py``), runs ``--updates`` blocking updates under
+synthetic batch (:mod:`dreamer_parity.candidate.synthetic`), runs ``--updates`` blocking updates under
 ``jax.profiler.trace`` and sums the XLA:CPU op events of the trace per op name.
 
 With ``--loop`` it profiles the run's own chunk program instead (``loop.build`` with the
@@ -34,12 +34,12 @@ the code on disk.
 **On an accelerator** (jax's default backend is not ``cpu``; the XLA flag is then not
 needed) the op events are the device's own: those of the trace's ``/device:...`` processes,
 on their ``XLA Ops`` line where the trace has one (:func:`op_events`), so the seconds are the
-chip's busy time per op rather than host threads'. On the lent TPU machine, in one device
-call (``. benchmarks/device_env.sh`` first; ``JAX_DEFAULT_MATMUL_PRECISION=highest`` as the
+chip's busy time per op rather than host threads'. On a TPU machine
+(``. benchmarks/device_env.sh`` first; ``JAX_DEFAULT_MATMUL_PRECISION=highest`` as the
 runs use)::
 
     python3 benchmarks/profile_candidate.py --loop --seeds 1 --chunk-steps 2 \
-        --by-source 40 --out $OUT/profile-1seed
+        --by-source 40 --out <dir>/profile-1seed
 
 ``--twohot-index`` sets ``AgentConfig.twohot_index`` (how two-hot targets find their bins;
 ``auto``, the default, is what a run on this backend uses; both forms are exact),
@@ -62,7 +62,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import gzip
 import json
 import os
 import re
@@ -81,9 +80,10 @@ import numpy as np  # noqa: E402
 
 from dreamer_parity.candidate.agent import XLA_CPU_OPTIONS, init, train_step  # noqa: E402
 from benchmarks.lib.cli import positive_int  # noqa: E402
-from benchmarks.lib.train_step import synthetic_batch  # noqa: E402
+from dreamer_parity.candidate.synthetic import synthetic_batch  # noqa: E402
 from dreamer_parity.candidate import twohot  # noqa: E402
 from dreamer_parity.candidate.config import TWOHOT_INDEX, AgentConfig  # noqa: E402
+from dreamer_parity.xla_profile import op_events, source_of_ops, trace_file  # noqa: E402
 
 
 def _kind(name: str) -> str:
@@ -99,56 +99,6 @@ def _kind(name: str) -> str:
     if "reduce" in n or "sort" in n or "scatter" in n or "gather" in n:
         return "reduce/sort/scatter/gather"
     return "other"
-
-
-def trace_file(trace_dir: str) -> str:
-    """The trace viewer's JSON (``*.trace.json.gz``) that ``jax.profiler.trace`` wrote under
-    ``trace_dir``; FileNotFoundError when there is none."""
-    files = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
-    if not files:
-        raise FileNotFoundError("no *.trace.json.gz under the trace directory")
-    return files[0]
-
-
-def op_events(trace_dir: str, device: bool = False):
-    """(name, duration s, thread id, start s) of the complete events (``"ph": "X"``) of the
-    trace under ``trace_dir``.
-
-    With ``device`` False: every complete event (on CPU the ops run on host threads).  With
-    ``device`` True: only the events of processes named ``/device:...`` (an accelerator's
-    plane in the trace), and of those only the threads named ``XLA Ops`` when the process
-    has such a thread (the per-op line; the module and step lines above it would count each
-    op twice).  Raises FileNotFoundError when there is no trace, and ValueError when
-    ``device`` is True and the trace has no device process (a trace taken on the CPU)."""
-    with gzip.open(trace_file(trace_dir), "rt") as f:
-        data = json.load(f)
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    keep = None
-    if device:
-        procs, threads = {}, collections.defaultdict(dict)
-        for e in events:
-            if e.get("ph") == "M" and e.get("name") == "process_name":
-                procs[e.get("pid")] = str(e.get("args", {}).get("name", ""))
-            elif e.get("ph") == "M" and e.get("name") == "thread_name":
-                threads[e.get("pid")][e.get("tid")] = str(e.get("args", {}).get("name", ""))
-        keep = set()
-        for pid, name in procs.items():
-            if not name.startswith("/device:"):
-                continue
-            ops = {tid for tid, tname in threads[pid].items() if tname == "XLA Ops"}
-            tids = ops or set(threads[pid]) | {None}
-            keep |= {(pid, tid) for tid in tids}
-        if not keep:
-            raise ValueError("op_events: the trace has no /device: process (taken on the CPU?)")
-    out = []
-    for e in events:
-        if e.get("ph") != "X" or "dur" not in e:
-            continue
-        if keep is not None and (e.get("pid"), e.get("tid")) not in keep \
-                and (e.get("pid"), None) not in keep:
-            continue
-        out.append((e.get("name", "?"), e["dur"] * 1e-6, e.get("tid"), e["ts"] * 1e-6))
-    return out
 
 
 def _busy(events, skip):
@@ -182,66 +132,6 @@ def _gaps(events, skip):
         if end is None or te > end:
             end, last = te, name
     return gaps
-
-
-_SRC_FILES = ("agent.py", "rssm.py", "heads.py", "nets.py", "dists.py", "twohot.py",
-              "optim.py", "loop.py", "replay.py", "env.py", "evaluate.py", "seedmap.py")
-
-
-def source_of_ops(hlo_text: str) -> dict[str, tuple[str, bool]]:
-    """HLO instruction name -> (innermost ``file:line function`` of this package's candidate
-    code that the op was traced from, whether it belongs to a backward pass), read from
-    the ``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` tables and the
-    ops' ``metadata`` in an optimised HLO text (jax 0.10).  Ops without a stack frame in
-    those files map to the last component of their ``op_name``; ops whose metadata has no
-    ``op_name`` (made by an XLA pass) map to their name without the numeric suffix, and ops
-    without metadata are absent.  Raises ValueError when the text has no stack-frame
-    tables."""
-    tables = {"FileNames": {}, "FunctionNames": {}, "FileLocations": {}, "StackFrames": {}}
-    section = None
-    for line in hlo_text.split("\n"):
-        if line in tables:
-            section = line
-            continue
-        m = re.match(r"^(\d+) (.*)$", line)
-        if section is None or not m:
-            if section == "StackFrames":
-                break
-            continue
-        tables[section][int(m.group(1))] = m.group(2)
-    if not tables["StackFrames"]:
-        raise ValueError("source_of_ops: the HLO text has no StackFrames table")
-    fields = lambda t: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", t)}
-    files = {i: v.strip('"').rsplit("/", 1)[-1] for i, v in tables["FileNames"].items()}
-    funcs = {i: v.strip('"').rsplit(".", 1)[-1] for i, v in tables["FunctionNames"].items()}
-    locs = {}
-    for i, v in tables["FileLocations"].items():
-        f = fields(v)
-        locs[i] = (files[f["file_name_id"]], funcs[f["function_name_id"]], f["line"])
-    frames = {i: fields(v) for i, v in tables["StackFrames"].items()}
-
-    def innermost(fid):
-        seen = set()
-        while fid in frames and fid not in seen:
-            seen.add(fid)
-            fname, func, line = locs[frames[fid]["file_location_id"]]
-            if fname in _SRC_FILES:
-                return f"{fname}:{line} {func}"
-            fid = frames[fid].get("parent_frame_id", 0)
-        return None
-
-    out = {}
-    for m in re.finditer(r"^\s*(?:ROOT )?%([\w.\-]+) = [^\n]*?metadata=\{([^}]*)\}", hlo_text,
-                         re.M):
-        op = re.search(r'op_name="([^"]*)"', m.group(2))
-        sf = re.search(r"stack_frame_id=(\d+)", m.group(2))
-        if not op:       # made by an XLA pass (e.g. a reduce-window): group by its kind
-            out[m.group(1)] = (re.sub(r"\.\d+$", "", m.group(1)) + " (no op_name)", False)
-            continue
-        where = innermost(int(sf.group(1))) if sf else None
-        out[m.group(1)] = (where or op.group(1).rsplit("/", 1)[-1] or "?",
-                           "transpose(jvp" in op.group(1))
-    return out
 
 
 def _print_by_source(hlo_text, by_name, count, n, top) -> list[dict]:

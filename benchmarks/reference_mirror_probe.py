@@ -23,8 +23,8 @@ the TPU runs' (docs/DEVIATIONS.md, T4): read the run beside the CPU and TPU runs
 Writes the run into ``DIR`` (as the runner: ``records.jsonl``, ``episodes.jsonl``,
 ``run.json`` whose ``patches.replaced`` names the probe, ``timing.json``, ``DONE.json``,
 ``params.npz``), then ``DIR/probe.heads.npz``, the heads' output layers of the final
-parameters (``benchmarks/device_reference.py``'s ``save_heads``), for
-``benchmarks/twohot_mirror.py``.  A probe run is never a protocol run: every round and
+parameters (:func:`dreamer_parity.device_reference.save_heads`), for
+``measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py``.  A probe run is never a protocol run: every round and
 ``python -m dreamer_parity.keep`` refuse it (:func:`dreamer_parity.records.check_run_agrees`).
 
 Exit status: the runner's (0 ok, 1 the run failed); 2 bad input or a set-up failure (one
@@ -40,7 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO))   # benchmarks.device_reference
+sys.path.insert(0, str(REPO))   # benchmarks.lib
 
 from benchmarks.lib.cli import add_reference_seed_arguments  # noqa: E402
 from dreamer_parity import keep, records  # noqa: E402  (standard library only)
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     code = launch.launch(p, seed, a.out, a.root, module=MODULE)
     if code != 0:
         return code
-    from benchmarks.device_reference import save_heads
+    from dreamer_parity.device_reference import save_heads
     out = Path(a.out)
     heads = save_heads(out, out, "probe")
     status = records.read_done(out)["status"]

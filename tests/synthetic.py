@@ -1,4 +1,4 @@
-"""Synthetic run directories in the records schema, for the tests and ``benchmarks/bench_analysis.py``.
+"""Synthetic run directories in the records schema, for the tests.
 
 :func:`write_run` writes one consistent run (records, episodes that tile every env's
 rows, run.json with the round's parameters and provenance, timing.json, DONE.json) with

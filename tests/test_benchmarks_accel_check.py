@@ -243,10 +243,11 @@ def test_only_missing_wheels_are_installed_into_the_target(tmp_path, monkeypatch
 
 
 def test_wheel_names_and_bad_arguments():
-    assert accel_check.wheel_name("Farama_Notifications-0.0.6-py3-none-any.whl") == (
+    from dreamer_parity import wheels
+    assert wheels.wheel_name("Farama_Notifications-0.0.6-py3-none-any.whl") == (
         "farama-notifications", "0.0.6")
     with pytest.raises(ValueError, match="notes.txt: not a wheel file name"):
-        accel_check.wheel_name("notes.txt")
+        wheels.wheel_name("notes.txt")
     for args, msg in ((["--seeds", "0"], "argument --seeds: '0' must be positive"),
                       (["--versions", "gpu-x"], "--versions 'gpu-x' is not in"),
                       (["--rows", "1000"], "--rows must be a multiple of 16"),

@@ -11,7 +11,7 @@ import pytest
 
 from dreamer_parity.candidate import agent
 from dreamer_parity.candidate.runtime import loop, seedmap
-from benchmarks.lib.train_step import synthetic_batch
+from dreamer_parity.candidate.synthetic import synthetic_batch
 from dreamer_parity.candidate.config import AgentConfig
 
 

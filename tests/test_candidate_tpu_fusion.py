@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks.lib.train_step import synthetic_batch
+from dreamer_parity.candidate.synthetic import synthetic_batch
 from dreamer_parity.candidate import agent, dists
 from dreamer_parity.candidate.config import AgentConfig
 from dreamer_parity.candidate.runtime import loop

@@ -90,3 +90,61 @@ def test_detects_a_circle(tmp_path):
     finally:
         SRC = old
     assert sorted(cycles[0]) == ["dreamer_parity.sub.a", "dreamer_parity.sub.b"]
+
+
+# --- tests/ and benchmarks/ import the package, never each other ----------------------------
+
+REPO = SRC.parent
+#: Test modules that still load a benchmark script to test its helpers (to be run as
+#: scripts instead); a new one fails the test below, and so does one that stops.
+STILL_LOADING_BENCHMARKS = {"test_benchmarks_accel_check.py"}
+
+
+def _reaches(path: Path, other: str, names: set[str]) -> bool:
+    """Whether the Python file ``path`` imports from the folder ``other`` of the repository:
+    ``import other...``/``from other...``, one of its module ``names``, or a path given to
+    ``sys.path`` or ``spec_from_file_location`` in a file that names the folder."""
+    source = path.read_text(encoding="utf-8")
+    names_other = f'"{other}"' in source or f"'{other}'" in source or f"/{other}/" in source
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            mods = [node.module or ""]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("insert", "append", "spec_from_file_location"):
+            # a path built elsewhere in the file counts when the file names the folder
+            if (node.func.attr == "spec_from_file_location" or "sys.path" in ast.unparse(node)) \
+                    and names_other:
+                return True
+            continue
+        else:
+            continue
+        if any(m.split(".")[0] in {other} | names for m in mods):
+            return True
+    return False
+
+
+def test_tests_and_benchmarks_do_not_import_each_other():
+    test_mods = {p.stem for p in (REPO / "tests").glob("*.py")}
+    bench_mods = {p.stem for p in (REPO / "benchmarks").glob("*.py")}
+    bench_files = sorted((REPO / "benchmarks").rglob("*.py")) + sorted(
+        (REPO / "measurements").rglob("*.py"))
+    wrong = [str(p.relative_to(REPO)) for p in bench_files if _reaches(p, "tests", test_mods)]
+    assert not wrong, f"benchmarks importing tests: {wrong}"
+    loading = {p.name for p in (REPO / "tests").rglob("*.py")
+               if _reaches(p, "benchmarks", bench_mods)}
+    assert loading == STILL_LOADING_BENCHMARKS
+
+
+def test_the_import_check_sees_each_form(tmp_path):
+    cases = {"from benchmarks.lib.cli import x\n": True,
+             "import device_reference\n": True,
+             "sys.path.insert(0, str(REPO / 'benchmarks'))\n": True,
+             "S = REPO / 'benchmarks' / 'm.py'\nimportlib.util.spec_from_file_location('m', S)\n": True,
+             "from dreamer_parity import params\n": False,
+             "subprocess.run([sys.executable, 'benchmarks/x.py'])\n": False}
+    for i, (text, want) in enumerate(cases.items()):
+        f = tmp_path / f"t{i}.py"
+        f.write_text(text)
+        assert _reaches(f, "benchmarks", {"device_reference"}) is want, text

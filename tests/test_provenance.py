@@ -205,3 +205,17 @@ def test_shared_modules_in_reference_venv(main_probe):
     for key in ("rows", "steps_dtype", "steps_sha256", "updates", "smoke", "jsonl",
                 "prov_keys", "yaml_loaded"):
         assert ref[key] == main_probe[key], key
+
+
+def test_one_lock_reader_and_one_name_normaliser(tmp_path):
+    # PEP 503: runs of -, _ and . are one -, lower case; the reader and the wheel names agree
+    from dreamer_parity import wheels
+    assert prov.normalise("ML_Dtypes") == "ml-dtypes"
+    assert prov.normalise("a_.b") == "a-b"
+    assert wheels.wheel_name("Zope.Interface-1.0-py3-none-any.whl") == ("zope-interface", "1.0")
+    lock = tmp_path / "x.lock"
+    lock.write_text("# a comment\n\nRuamel.YAML==0.19.1\nfoo[extra]==1.2 ; python_version>'3'\n")
+    assert prov.read_pins(lock) == {"ruamel-yaml": "0.19.1", "foo": "1.2"}
+    lock.write_text("jax==0.4.26\nnumpy>=1\n")
+    with pytest.raises(prov.LockError, match=r"^x.lock:2: expected name==version"):
+        prov.read_pins(lock)

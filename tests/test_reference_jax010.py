@@ -1,5 +1,5 @@
 """The reference on jax 0.10.2 (reference.jax: 0.10.2), on the CPU, through the one-command
-device script (benchmarks/device_reference.py) exactly as the TPU machine runs it: the
+device script (python -m dreamer_parity.device_reference) exactly as the TPU machine runs it: the
 export of the checkout unpacked and verified without git, the environment's interpreter
 given (DREAMER_PARITY_REF_INTERPRETER) instead of a venv made there, the three shims, the
 pipeline's reference stage, the archive, and `keep` taking the archive.
@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dreamer_parity import device_reference as dev
 from dreamer_parity import records
 from dreamer_parity.reference import setup as rs
 import synthetic  # tests/synthetic.py
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "device_reference.py"
-sys.path.insert(0, str(REPO / "benchmarks"))
-import device_reference as dev  # noqa: E402
+SCRIPT = ["-m", "dreamer_parity.device_reference"]
 
 SMOKE_SETS = ["reference.platform=cpu", "profile=smoke", "rows=1200", "eval_every=400",
               "eval_episodes=2"]
@@ -118,10 +117,10 @@ def test_the_heads_output_layers_come_back_under_their_final_name_only(tmp_path)
 
 
 def test_bad_arguments_are_one_line_before_anything(tmp_path):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--seed", "0", "--name", "a/b",
+    r = subprocess.run([sys.executable, *SCRIPT, "--seed", "0", "--name", "a/b",
                         "--out-dir", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and "--name letters" in r.stderr and list(tmp_path.iterdir()) == []
-    r = subprocess.run([sys.executable, str(SCRIPT), "--seed", "0", "--name", "a",
+    r = subprocess.run([sys.executable, *SCRIPT, "--seed", "0", "--name", "a",
                         "--out-dir", str(tmp_path), "--set", "reference.jax=0.4.26"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("error: params: reference.platform: tpu "
@@ -164,7 +163,7 @@ def start_in_background(background, tmp_path_factory):
     shared.mkdir(parents=True, exist_ok=True)
     (root / shared.name).symlink_to(shared)
     out = base / "out"
-    cmd = [sys.executable, str(SCRIPT), "--seed", "0", "--name", "cpu-s0", "--carry", str(carry),
+    cmd = [sys.executable, *SCRIPT, "--seed", "0", "--name", "cpu-s0", "--carry", str(carry),
            "--root", str(root), "--work", str(base / "work"), "--out-dir", str(out),
            "--interpreter", str(info["python"]), "--set", "reference.precision=highest",
            *(x for s in SMOKE_SETS for x in ("--set", s))]

@@ -71,8 +71,8 @@ def test_the_candidate_on_the_tpu_decodes_rewards_exactly_as_deviations_t4_says(
 def test_the_one_ulp_probes_are_noisier_than_the_tpu_as_reference_run_says(capsys, probe, first,
                                                                               at_2000):
     # docs/REFERENCE_RUN.md "Why the TPU runs differ": seed 5 with the heads' mirror logits
-    # (forward) or their gradient one ulp apart (benchmarks/results/...) against the TPU run
-    ulp = REPO / f"benchmarks/results/2026-12-07-reference-cpu-jax010-s5-2400-{probe}"
+    # (forward) or their gradient one ulp apart (measurements/2026-12-07-reference-cpu-mirror/) against the TPU run
+    ulp = REPO / f"measurements/2026-12-07-reference-cpu-mirror/s5-2400-{probe}"
     assert wt.main([f"ulp={ulp}", f"tpu={TPU_S5}", "--rows", "1200", "1600", "2000", "2400",
                     "--metrics", "val/std", "rew/min", "rew/max"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -1,7 +1,7 @@
-"""Finished runs as one archive: what comes back from a device call, and what ``keep`` takes.
+"""Finished runs as one archive: what comes back from another machine, and what ``keep`` takes.
 
-A device call returns at most 8 files through ``$OUT``, so the finished seeds of a call
-travel as one gzip-compressed tar file.  :func:`pack` writes it from run directories in the
+The finished seeds of a batch run elsewhere (an accelerator's machine) travel back as one
+gzip-compressed tar file.  :func:`pack` writes it from run directories in the
 records schema (docs/SIDES.md), and :func:`unpack` reads it back, both standard library
 only::
 

@@ -8,8 +8,8 @@ them there, checked first::
     python -m dreamer_parity.keep <run dir> data/runs/<name> [--params FILE] [--set KEY=VALUE ...]
     python -m dreamer_parity.keep <runs.tar.gz> data/runs/<name> [--params FILE] ...
 
-The second form takes an archive of finished runs (:mod:`dreamer_parity.archive`, what a
-device call brings back) and keeps every run in it, all checked before any is written.
+The second form takes an archive of finished runs (:mod:`dreamer_parity.archive`, what
+comes back from another machine) and keeps every run in it, all checked before any is written.
 
 It copies ``records.jsonl`` and ``episodes.jsonl`` gzip-compressed (as
 ``records.jsonl.gz`` and ``episodes.jsonl.gz``, :func:`dreamer_parity.records.gzip_bytes`;
@@ -219,7 +219,7 @@ def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
 
 def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, bool]]:
     """Keep every run of an archive (:mod:`dreamer_parity.archive`, e.g. the finished
-    seeds a device call brought back) into ``dest/s<seed>/``; all checked, as :func:`keep`
+    seeds of a batch run on another machine) into ``dest/s<seed>/``; all checked, as :func:`keep`
     checks one, before any is written.
 
     Returns:

@@ -545,6 +545,18 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
         v = flat.get(key, copy.deepcopy(field.default))
         typed[key] = _coerce(key, field, v)
 
+    _check_sizes(typed)
+    _check_stats_and_gate(typed)
+    _check_seed_lists(typed)
+    _check_rows(typed)
+    _check_sources(typed)
+    _check_environment_and_round(typed)
+    return _nest(typed)
+
+
+def _check_sizes(typed: dict) -> None:
+    """Positive row counts and the bounds on the work a round implies, checked before
+    anything is computed from them."""
     for key in ("rows", "eval_every", "eval_episodes"):
         if typed[key] <= 0:
             raise ParamsError(key, f"must be a positive integer, got {typed[key]}")
@@ -567,6 +579,10 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
     if typed["rows"] % typed["eval_every"]:
         raise ParamsError(
             "eval_every", f"{typed['eval_every']} does not divide rows={typed['rows']}")
+
+
+def _check_stats_and_gate(typed: dict) -> None:
+    """The statistics' constants and the gate's parts."""
     if not math.isfinite(typed["stats.good_return"]):
         raise ParamsError("stats.good_return", f"must be finite, got {typed['stats.good_return']}")
     m = typed["stats.equivalence_margin"]
@@ -587,6 +603,10 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
         raise ParamsError("gate.welch_p_min", f"must lie in (0, 1), got {pmin}")
     if typed["gate.mean_min"] is not None and not math.isfinite(typed["gate.mean_min"]):
         raise ParamsError("gate.mean_min", f"must be finite, got {typed['gate.mean_min']}")
+
+
+def _check_seed_lists(typed: dict) -> None:
+    """Each seed list non-empty, non-negative and without duplicates; sorted in place."""
     for key in _SEED_KEYS:
         listed = typed[key]
         if listed is None:      # candidate.seeds null: the round's seeds
@@ -599,6 +619,10 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
             dup = sorted({s for s in listed if listed.count(s) > 1})
             raise ParamsError(key, f"duplicate seeds {dup}")
         typed[key] = sorted(listed)   # the canonical order (module docstring)
+
+
+def _check_rows(typed: dict) -> None:
+    """The statistics' rows and ranges against the evaluation points."""
     points = set(eval_points(typed))
     erows = typed["gate.entropy_overlap_rows"]
     if erows is not None and erows not in points:
@@ -621,6 +645,11 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
                 raise ParamsError(key, f"range {rng} holds no evaluation point")
             if rng[1] > typed["rows"]:
                 raise ParamsError(key, f"range {rng} ends after rows={typed['rows']}")
+
+
+def _check_sources(typed: dict) -> None:
+    """A list-form ``*.source`` gives each of its side's seeds exactly one source;
+    canonical order in place."""
     for side in SIDES:
         key = f"{side}.source"
         src = typed[key]
@@ -642,6 +671,10 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
                                   else f"{side}.seeds {missing} have no source")
             typed[key] = sorted(({"from": part["from"], "seeds": sorted(part["seeds"])}
                                  for part in src), key=lambda part: part["seeds"][0])
+
+
+def _check_environment_and_round(typed: dict) -> None:
+    """The reference's platform against its jax, and the round's name."""
     if typed["reference.platform"] != "cpu" and typed["reference.jax"] == "0.4.26":
         raise ParamsError("reference.platform", f"{typed['reference.platform']} needs "
                                                 f"reference.jax 0.10.2 (the 0.4.26 environment "
@@ -654,7 +687,6 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
         raise ParamsError("round", f"{quote(typed['round'])} names no pre-registration: "
                                    f"docs/rounds/README.md and docs/rounds/index.yaml are not "
                                    f"rounds (reserved: {', '.join(RESERVED_ROUNDS)})")
-    return _nest(typed)
 
 
 def side_seeds(params: dict, side: str) -> list[int]:

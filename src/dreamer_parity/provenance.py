@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 __all__ = ["git_state", "relative_to_roots", "collect", "cpu_model", "REPO_ROOT",
-           "PinError", "read_pins", "check_pins", "allowed_versions", "package_versions",
+           "PinError", "LockError", "normalise", "read_pins", "check_pins", "allowed_versions", "package_versions",
            "backend", "ALLOW_VERSIONS_ENV", "PINNED_PACKAGES", "VERSION_SETS",
            "RECORDED_PACKAGES", "VERSION_SET_ENV", "CHECKED_ENV", "environment_set"]
 
@@ -56,7 +57,7 @@ VERSION_SETS = {
         "kind": "accepts",
         "lock": "requirements.lock",
         "about": "the lent GPU machine (NVIDIA H200 or H100, x86-64, Python 3.12, CUDA 13; "
-                 "docs/CANDIDATE.md#gpu)",
+                 "docs/PERFORMANCE.md#gpu)",
         "versions": {"jax": "0.11.2", "jaxlib": "0.11.2", "numpy": "2.5.2"},
         "also": {"jax-cuda13-plugin": "0.11.2", "jax-cuda13-pjrt": "0.11.2", "python": "3.12"},
     },
@@ -85,19 +86,38 @@ class PinError(RuntimeError):
     """An installed package differs from its pin; one line naming package and versions."""
 
 
-def _norm(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(".", "-")
+class LockError(ValueError):
+    """A lock file line that is not a pin; one line naming the file and the line."""
+
+
+_PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)\s*(?:;.*)?")
+
+
+def normalise(name: str) -> str:
+    """A distribution name as PEP 503 compares it: runs of ``-``, ``_`` and ``.`` as one
+    ``-``, lower case (``ML_Dtypes`` -> ``ml-dtypes``).  The one name normaliser."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
 def read_pins(lock_file) -> dict[str, str]:
-    """``{normalised name: version}`` of the ``name==version`` lines of a lock file."""
+    """The one lock-file reader: ``{normalised name: version}`` of a lock file's
+    ``name==version`` lines (comments and blank lines skipped; extras ``name[x]`` and an
+    environment marker after ``;`` dropped).
+
+    Raises:
+      FileNotFoundError: no such file.
+      LockError: a line that is not a pin, as ``<file>:<line>: expected name==version``.
+    """
+    path = Path(lock_file)
     pins = {}
-    for line in Path(lock_file).read_text().splitlines():
+    for i, line in enumerate(path.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
-        if "==" in line and not line.startswith("-"):
-            name, version = line.split("==", 1)
-            name = name.split("[", 1)[0]
-            pins[_norm(name)] = version.split(";", 1)[0].strip()
+        if not line:
+            continue
+        m = _PIN.fullmatch(line)
+        if not m:
+            raise LockError(f"{path.name}:{i}: expected name==version, got {line!r}")
+        pins[normalise(m.group(1))] = m.group(2)
     return pins
 
 
@@ -161,7 +181,7 @@ def environment_set(name: str) -> dict:
 
 def _first_mismatch(packages, installed: dict, want: dict) -> str | None:
     for p in packages:
-        if want.get(_norm(p)) is None or installed.get(p) != want.get(_norm(p)):
+        if want.get(normalise(p)) is None or installed.get(p) != want.get(normalise(p)):
             return p
     return None
 
@@ -209,11 +229,11 @@ def check_pins(lock_file, packages: tuple[str, ...] = PINNED_PACKAGES, python=No
     bad = _first_mismatch(packages, installed, pins)
     used = None
     if bad is not None and vset is not None:
-        set_pins = {**pins, **{_norm(k): v for k, v in vset["versions"].items()}}
+        set_pins = {**pins, **{normalise(k): v for k, v in vset["versions"].items()}}
         if _first_mismatch(packages, installed, set_pins) is None:
             bad, used = None, allowed
     if bad is not None:
-        want, got = pins.get(_norm(bad)), installed.get(bad)
+        want, got = pins.get(normalise(bad)), installed.get(bad)
         also = (f" and version set {allowed} names {vset['versions'].get(bad, want)}"
                 if vset is not None else "")
         raise PinError(

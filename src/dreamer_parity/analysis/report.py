@@ -325,11 +325,9 @@ def _metrics_overview(t) -> list[str]:
     return lines
 
 
-def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
-           figure_links: dict | None = None) -> str:
-    """The report as Markdown text (see the module docstring)."""
+def _head_lines(result: dict, prereg_link: str | None, notes) -> list[str]:
+    """The title and the round's one-paragraph summary."""
     p = result["params"]
-    st = p["stats"]
     L = [f"# Round `{p['round']}`: reference against candidate", ""]
     ref, cand = result["sides"]["reference"], result["sides"]["candidate"]
     L += [f"* Reference: `{ref['dir']}` ({ref['layout']} layout); candidate: `{cand['dir']}` "
@@ -345,6 +343,12 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           f"{p['eval_episodes']} episodes; profile `{p['profile']}`; candidate decode `{p['decode']}`; "
           f"reference decode `{p['reference']['decode']}`, sampler `{p['reference']['sampler']}`."]
     L += [f"* Note: {n}" for n in notes]
+    return L
+
+
+def _source_lines(result: dict) -> list[str]:
+    """Where each seed's run comes from, and each side's platforms."""
+    L = []
     L += ["", "## Sources", "",
           "Where each seed's run comes from (`candidate.source`, `reference.source`; "
           "docs/SIDES.md), which implementation made it, and where it ran: the jax "
@@ -362,6 +366,13 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
                      + "; ".join(platform_text(p) for p in parts)
                      + (f" (pooled from {len(parts)} platform/precision parts)"
                         if len(parts) > 1 else "") + ".")
+    return L
+
+
+def _parameter_lines(p: dict) -> list[str]:
+    """The table of the round's parameters."""
+    st = p["stats"]
+    L = []
     L += ["", "## Parameters", "", "| key | value |", "|---|---|"]
     for k, v in (("round", p["round"]), ("decode", p["decode"]), ("profile", p["profile"]),
                  ("seeds", p["seeds"]), ("rows", p["rows"]), ("eval_every", p["eval_every"]),
@@ -375,7 +386,14 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
         L.append(f"| candidate.{k} | {v} |")
     for k, v in st.items():
         L.append(f"| stats.{k} | {v} |")
+    return L
 
+
+def _decision_lines(result: dict) -> list[str]:
+    """The pre-registered decision: rule, rows, context, gate, versions, failed seeds."""
+    p = result["params"]
+    st = p["stats"]
+    L = []
     L += [""] + plain_words(result)
     L += ["", "## Pre-registered decision", "",
           f"Rule (PROTOCOL.md 5.2): A = mean over candidate seeds, [lo, hi] = [min, max] over "
@@ -448,7 +466,12 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     L += ["", "### Per-seed values", ""] + _per_seed(result)
     if result["s2"].get("reason"):
         L += ["", f"S2 decision: {result['s2']['reason']}."]
+    return L
 
+
+def _additions_lines(result: dict) -> list[str]:
+    """The exploratory additions: seed bootstrap and power."""
+    L = []
     L += ["", "## Exploratory additions: seed bootstrap and power (not pre-registered)", "",
           "Percentile bootstrap 95% interval of the difference of means, resampling seeds within "
           f"each side (scipy.stats.bootstrap, 9999 resamples, generator seed {stats.BOOTSTRAP_SEED}); "
@@ -459,7 +482,13 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     if "additions" in result:
         from dreamer_parity.analysis import additions
         L += additions.report_lines(result["additions"])
+    return L
 
+
+def _concordance_lines(result: dict) -> list[str]:
+    """Concordance and the round-3 reading."""
+    st = result["params"]["stats"]
+    L = []
     c, r = result["concordance"], result["reading"]
     L += ["", "## Concordance", "",
           f"Runs per side with evaluation >= {st['good_return']:g}:", "",
@@ -483,7 +512,13 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
           f"* **Reading: {r['reading']}**" if r["reading"] else f"* Reading: n/a ({r['reason']})"]
     if r["reading"] and r["reason"]:
         L.append(f"* Note: {r['reason']}")
+    return L
 
+
+def _check_lines(result: dict) -> list[str]:
+    """The checks, and the known differences between the sides."""
+    p = result["params"]
+    L = []
     checks = result["checks"]
     counts = {s: sum(ch.status == s for ch in checks) for s in ("PASS", "FAIL", "FLAG", "N/A")}
     L += ["", "## Checks", "",
@@ -503,7 +538,12 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
               if why]
     L += absent + ([""] if absent else [])
     L += (_curve_table(result, "s2") if result["s2"].get("curve") else [f"n/a: {result['s2']['reason']}"])
+    return L
 
+
+def _window_lines(result: dict) -> list[str]:
+    """Curves, the window tables and the diagnoses on the study's published windows."""
+    L = []
     t = result["windows"]["table"]
     e = result["entropy"]
     L += ["", f"## Actor entropy windows (`{stats.ENTROPY}`, the round-2 statistic)", ""]
@@ -545,6 +585,20 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
               "followed their own round's protocol; not part of any decision."]
         L += (published_windows.report_lines(pw["tables"]) if pw["reason"] is None
               else ["", f"n/a: {pw['reason']}"])
+    return L
+
+
+def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
+           figure_links: dict | None = None) -> str:
+    """The report as Markdown text (see the module docstring)."""
+    L = _head_lines(result, prereg_link, notes)
+    L += _source_lines(result)
+    L += _parameter_lines(result["params"])
+    L += _decision_lines(result)
+    L += _additions_lines(result)
+    L += _concordance_lines(result)
+    L += _check_lines(result)
+    L += _window_lines(result)
     if figure_links:
         L += ["", "## Figures", ""]
         L += [f"![{name}]({link})" for name, link in figure_links.items()]

@@ -53,13 +53,14 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from dreamer_parity import provenance
 
 __all__ = [
     "REF_COMMIT", "DEFAULT_SOURCE", "SetupError", "default_root", "default_source",
@@ -529,12 +530,10 @@ def ensure_checkout(root, source: str | None = None, log=print) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def read_lock(path=None) -> dict[str, str]:
-    """Read ``name==version`` pins of a lock file: ``{normalised name: version}``.
+    """The pins of a reference lock file (default: :func:`lock_file`), ``{normalised name:
+    version}``, read by :func:`dreamer_parity.provenance.read_pins` with its errors as
+    :class:`SetupError`.
 
     Raises:
       SetupError: a line that is not a pin (naming file and line), or a missing file.
@@ -542,16 +541,10 @@ def read_lock(path=None) -> dict[str, str]:
     path = Path(path or lock_file())
     if not path.exists():
         raise SetupError(f"lock file {path.name} missing")
-    pins = {}
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
-        if not m:
-            raise SetupError(f"{path.name}:{i}: expected name==version, got {line!r}")
-        pins[_norm(m.group(1))] = m.group(2)
-    return pins
+    try:
+        return provenance.read_pins(path)
+    except provenance.LockError as e:
+        raise SetupError(str(e)) from None
 
 
 def _installed(python) -> dict[str, str]:
@@ -567,7 +560,7 @@ def _installed(python) -> dict[str, str]:
     for line in r.stdout.splitlines():
         if "==" in line:
             name, ver = line.split("==", 1)
-            out[_norm(name)] = ver.strip()
+            out[provenance.normalise(name)] = ver.strip()
     for tool in ("pip", "setuptools", "wheel"):
         out.pop(tool, None)
     return out
@@ -649,7 +642,7 @@ def interpreter_differences(python, lock) -> dict:
     try:
         r = subprocess.run([str(python), "-c", _VERSIONS_CODE, *pins], capture_output=True,
                            text=True, check=True, timeout=120, env=env)
-        have = {_norm(k): v for k, v in json.loads(r.stdout).items()}
+        have = {provenance.normalise(k): v for k, v in json.loads(r.stdout).items()}
     except (OSError, subprocess.SubprocessError, ValueError) as e:
         raise SetupError(f"cannot read the package versions of {python} "
                          f"({type(e).__name__})") from None

@@ -28,7 +28,7 @@ parameters and code resumes from it and writes the same records.  Only when the 
 completes are ``<out>/candidate/s<seed>/{records.jsonl, episodes.jsonl, run.json, timing.json,
 params.npz, DONE.json}`` written (``DONE.json`` last).
 
-With ``--deadline-s S`` (a device call of bounded length) the run stops at the first chunk
+With ``--deadline-s S`` (a command of bounded length) the run stops at the first chunk
 boundary after which the next chunk would end later than ``S`` seconds after the command
 started: it writes a checkpoint there and exits with status 3, writing no result files;
 the same command started again (same parameters, code, backend and precision) resumes
@@ -232,9 +232,8 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     import numpy as np
 
     from ...schedule import Schedule, per_vector_step
-    from . import checkpoint as ckptlib
     from . import loop as looplib
-    from . import program_store, recording, seedmesh
+    from . import seedmesh
 
     sched = Schedule()
     seeds = list(params["seeds"])
@@ -251,109 +250,31 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
                     updates_at_points=[int(counts_all[:p // NUM_ENVS].sum())
                                        for p in paramslib.eval_points(params)],
                     chunk_steps=chunk_steps)
-    agent_file = getattr(agent, "__file__", None)
-    # the seed layout changes float32 rounding (candidate/runtime/seedmesh.py, seedmap.py):
-    # the seed devices and the resolved seed batch are part of the key
-    seed_batch = looplib.resolve_seed_batch(seed_batch)
-    mesh = seedmesh.seed_mesh(len(seeds))
-    seed_layout = {"seed_batch": seed_batch, "seed_devices": 1 if mesh is None else len(seeds)}
-    key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
-                          extra=seed_layout, agent_file=agent_file)
-    ckdir = Path(work_dir if work_dir is not None else ckptlib.default_root()) / key
+    seed_batch, mesh, seed_layout, key, ckdir = _layout_and_key(
+        run_params, cfg_dict, agent, seed_batch, len(seeds), work_dir)
     for s in seeds:   # stale completion markers must not make this run look finished
-        stale = records.run_dir(out, "candidate", s) / records.DONE
-        if stale.exists():
-            stale.unlink()
+        records.run_dir(out, "candidate", s).joinpath(records.DONE).unlink(missing_ok=True)
 
     keys = [looplib.seed_keys(s) for s in seeds]
     stacked = seedmesh.put_seeds({k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}, mesh)
 
-    t0 = time.perf_counter()
-    program_store.use_compilation_cache()
-    progs, carry_shape, _ = program_store.load_or_build(
-        agent, cfg, cfg_dict, capacity=total_steps, chunk_steps=chunk_steps,
-        eval_episodes=params["eval_episodes"], example_keys=stacked, s=sched, log=_log,
-        seed_batch=seed_batch, mesh=mesh)
-    compiled = program_store.compile_all(progs, stacked, carry_shape)
+    compiled, carry_shape, compile_s = _compile(
+        agent, cfg, cfg_dict, stacked, sched, capacity=total_steps, chunk_steps=chunk_steps,
+        eval_episodes=params["eval_episodes"], seed_batch=seed_batch, mesh=mesh, key=key,
+        n_seeds=len(seeds))
     init_c, chunk_c, point_c = compiled.init, compiled.chunk, compiled.point
-    compile_s = time.perf_counter() - t0
-    _log(f"compiled in {compile_s:.1f} s ({len(seeds)} seeds, "
-         f"{'one device per seed' if mesh is not None else 'one device'}, "
-         f"{'batched' if seed_batch is None else f'train step {seed_batch} seed(s) at a time'}, "
-         f"{chunk_steps} vector steps per chunk, key {key})")
 
-    loaded = ckptlib.load(ckdir, carry_shape) if ckdir.exists() else None
-    if loaded is not None:
-        carry_np, host = loaded
-        carry = seedmesh.put_seeds(carry_np, mesh)
-        resumed = host["chunk"] * chunk_steps * NUM_ENVS
-        _log(f"resuming from the checkpoint at rows {resumed} (key {key})")
-    else:
-        carry = init_c(stacked)
-        host = {"chunk": 0, "records": {str(s): [] for s in seeds},
-                "episodes": {str(s): [] for s in seeds}, "failed": {}}
-        resumed = 0
-        _log(f"starting clean (no checkpoint under key {key})")
-
+    carry, host, resumed = _resume_or_start(ckdir, carry_shape, init_c, stacked, mesh, seeds,
+                                            chunk_steps, key)
     t_loop = time.perf_counter()
-    start_chunk = host["chunk"]
-    updates_before = int(counts_all[:start_chunk * chunk_steps].sum())
+    updates_before = int(counts_all[:host["chunk"] * chunk_steps].sum())
     total_updates = int(counts_all.sum())
-    points_done = 0
-    stopped = None
-    longest_chunk = 0.0
-    for c in range(start_chunk, n_chunks):
-        t_chunk = time.perf_counter()
-        first = c * chunk_steps
-        counts = seedmesh.put_replicated(counts_all[first:first + chunk_steps], mesh)
-        carry, ep = chunk_c(carry, counts)
-        ep = jax.device_get(ep)
-        for i, s in enumerate(seeds):
-            host["episodes"][str(s)] += recording.episodes_from_chunk(ep, first, i, s)
-        if (c + 1) % chunks_per_point:
-            host["chunk"] = c + 1
-            _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds),
-                      t_loop)
-            longest_chunk = max(longest_chunk, time.perf_counter() - t_chunk)
-            if _past(deadline, longest_chunk) and c + 1 < n_chunks:
-                stopped = "deadline"
-                break
-            continue
-        carry, report = point_c(carry)
-        report = jax.device_get(report)
-        for i, s in enumerate(seeds):
-            k = str(s)
-            if k in host["failed"]:
-                continue
-            reason = recording.health_reason(report, i)
-            rec = recording.make_record(report, i, s, NUM_ENVS, host["episodes"][k],
-                                        getattr(cfg, "retnorm_limit", 1.0), reason is not None)
-            host["records"][k].append(rec)
-            if reason:
-                host["failed"][k] = f"rows {rec['rows']}: {reason}"
-                _log(f"seed {s} FAILED at rows {rec['rows']}: {reason}")
-        host["chunk"] = c + 1
-        if checkpoint == "point":
-            ckptlib.save(ckdir, carry, host)
-        _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds), t_loop,
-                  evals={s: host["records"][str(s)][-1]["eval_mean"] for s in seeds
-                         if host["records"][str(s)]})
-        points_done += 1
-        if "after_point" in hooks:
-            carry = seedmesh.put_seeds(hooks["after_point"](carry, c // chunks_per_point), mesh)
-        if hooks.get("stop_after_points") and points_done >= hooks["stop_after_points"]:
-            stopped = "hook"
-            break
-        longest_chunk = max(longest_chunk, time.perf_counter() - t_chunk)
-        if _past(deadline, longest_chunk) and c + 1 < n_chunks:
-            stopped = "deadline"
-            break
-    if stopped == "deadline":
-        t_save = time.perf_counter()
-        ckptlib.save(ckdir, carry, host)
-        _log(f"deadline: stopped at rows {host['chunk'] * chunk_steps * NUM_ENVS}, checkpoint "
-             f"written in {time.perf_counter() - t_save:.1f} s (key {key}); the same command "
-             f"resumes")
+    carry, stopped = _chunk_loop(
+        carry, host, seeds=seeds, cfg=cfg, mesh=mesh, chunk_c=chunk_c, point_c=point_c,
+        counts_all=counts_all, chunk_steps=chunk_steps, n_chunks=n_chunks,
+        chunks_per_point=chunks_per_point, updates_before=updates_before,
+        total_updates=total_updates, t_loop=t_loop, checkpoint=checkpoint, ckdir=ckdir,
+        hooks=hooks, deadline=deadline, key=key)
 
     wall = time.perf_counter() - t_start
     loop_s = time.perf_counter() - t_loop
@@ -377,6 +298,142 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     _log(f"done: {rows} rows, {total_updates} updates per seed, wall {format_duration(wall)}; "
          f"outputs in {out}")
     return result
+
+
+def _layout_and_key(run_params: dict, cfg_dict: dict, agent, seed_batch, n_seeds: int,
+                    work_dir):
+    """``(seed batch, mesh, seed layout, checkpoint key, checkpoint directory)``: the seed
+    layout changes float32 rounding (candidate/runtime/seedmesh.py, seedmap.py), so the
+    seed devices and the resolved seed batch are part of the key."""
+    from . import checkpoint as ckptlib
+    from . import loop as looplib
+    from . import seedmesh
+
+    seed_batch = looplib.resolve_seed_batch(seed_batch)
+    mesh = seedmesh.seed_mesh(n_seeds)
+    seed_layout = {"seed_batch": seed_batch, "seed_devices": 1 if mesh is None else n_seeds}
+    key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
+                          extra=seed_layout, agent_file=getattr(agent, "__file__", None))
+    ckdir = Path(work_dir if work_dir is not None else ckptlib.default_root()) / key
+    return seed_batch, mesh, seed_layout, key, ckdir
+
+
+def _compile(agent, cfg, cfg_dict: dict, stacked, sched, *, capacity: int, chunk_steps: int,
+             eval_episodes: int, seed_batch, mesh, key: str, n_seeds: int):
+    """The run's three programs, loaded or built (:func:`.program_store.load_or_build`) and
+    compiled for ``stacked`` seed keys: ``(compiled, carry shape, seconds)``."""
+    from . import program_store
+
+    t0 = time.perf_counter()
+    program_store.use_compilation_cache()
+    progs, carry_shape, _ = program_store.load_or_build(
+        agent, cfg, cfg_dict, capacity=capacity, chunk_steps=chunk_steps,
+        eval_episodes=eval_episodes, example_keys=stacked, s=sched, log=_log,
+        seed_batch=seed_batch, mesh=mesh)
+    compiled = program_store.compile_all(progs, stacked, carry_shape)
+    compile_s = time.perf_counter() - t0
+    _log(f"compiled in {compile_s:.1f} s ({n_seeds} seeds, "
+         f"{'one device per seed' if mesh is not None else 'one device'}, "
+         f"{'batched' if seed_batch is None else f'train step {seed_batch} seed(s) at a time'}, "
+         f"{chunk_steps} vector steps per chunk, key {key})")
+    return compiled, carry_shape, compile_s
+
+
+def _resume_or_start(ckdir: Path, carry_shape, init_c, stacked, mesh, seeds: list[int],
+                     chunk_steps: int, key: str):
+    """``(carry, host, resumed rows)``: the checkpoint under ``ckdir`` when there is one,
+    else the initial carry and empty host records."""
+    from . import checkpoint as ckptlib
+    from . import seedmesh
+
+    loaded = ckptlib.load(ckdir, carry_shape) if ckdir.exists() else None
+    if loaded is not None:
+        carry_np, host = loaded
+        carry = seedmesh.put_seeds(carry_np, mesh)
+        resumed = host["chunk"] * chunk_steps * NUM_ENVS
+        _log(f"resuming from the checkpoint at rows {resumed} (key {key})")
+        return carry, host, resumed
+    host = {"chunk": 0, "records": {str(s): [] for s in seeds},
+            "episodes": {str(s): [] for s in seeds}, "failed": {}}
+    _log(f"starting clean (no checkpoint under key {key})")
+    return init_c(stacked), host, 0
+
+
+def _record_point(report, host: dict, seeds: list[int], cfg) -> None:
+    """Append each live seed's record of one evaluation point (``report``, on the host)
+    to ``host["records"]``; a seed whose health check fails is marked failed."""
+    from . import recording
+
+    for i, s in enumerate(seeds):
+        k = str(s)
+        if k in host["failed"]:
+            continue
+        reason = recording.health_reason(report, i)
+        rec = recording.make_record(report, i, s, NUM_ENVS, host["episodes"][k],
+                                    getattr(cfg, "retnorm_limit", 1.0), reason is not None)
+        host["records"][k].append(rec)
+        if reason:
+            host["failed"][k] = f"rows {rec['rows']}: {reason}"
+            _log(f"seed {s} FAILED at rows {rec['rows']}: {reason}")
+
+
+def _chunk_loop(carry, host: dict, *, seeds, cfg, mesh, chunk_c, point_c, counts_all,
+                chunk_steps, n_chunks, chunks_per_point, updates_before, total_updates, t_loop,
+                checkpoint, ckdir, hooks, deadline, key):
+    """Run the chunks from ``host["chunk"]`` to the end (or a stop), updating ``host`` in
+    place: episodes every chunk, records and a checkpoint (policy ``checkpoint``) at
+    every evaluation point.  Returns ``(carry, stopped)``: None, ``"hook"`` or
+    ``"deadline"`` (then the checkpoint is written here)."""
+    import jax
+
+    from . import checkpoint as ckptlib
+    from . import recording, seedmesh
+
+    points_done = 0
+    stopped = None
+    longest_chunk = 0.0
+    for c in range(host["chunk"], n_chunks):
+        t_chunk = time.perf_counter()
+        first = c * chunk_steps
+        counts = seedmesh.put_replicated(counts_all[first:first + chunk_steps], mesh)
+        carry, ep = chunk_c(carry, counts)
+        ep = jax.device_get(ep)
+        for i, s in enumerate(seeds):
+            host["episodes"][str(s)] += recording.episodes_from_chunk(ep, first, i, s)
+        if (c + 1) % chunks_per_point:
+            host["chunk"] = c + 1
+            _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds),
+                      t_loop)
+            longest_chunk = max(longest_chunk, time.perf_counter() - t_chunk)
+            if _past(deadline, longest_chunk) and c + 1 < n_chunks:
+                stopped = "deadline"
+                break
+            continue
+        carry, report = point_c(carry)
+        _record_point(jax.device_get(report), host, seeds, cfg)
+        host["chunk"] = c + 1
+        if checkpoint == "point":
+            ckptlib.save(ckdir, carry, host)
+        _progress(c, chunk_steps, counts_all, updates_before, total_updates, len(seeds), t_loop,
+                  evals={s: host["records"][str(s)][-1]["eval_mean"] for s in seeds
+                         if host["records"][str(s)]})
+        points_done += 1
+        if "after_point" in hooks:
+            carry = seedmesh.put_seeds(hooks["after_point"](carry, c // chunks_per_point), mesh)
+        if hooks.get("stop_after_points") and points_done >= hooks["stop_after_points"]:
+            stopped = "hook"
+            break
+        longest_chunk = max(longest_chunk, time.perf_counter() - t_chunk)
+        if _past(deadline, longest_chunk) and c + 1 < n_chunks:
+            stopped = "deadline"
+            break
+    if stopped == "deadline":
+        t_save = time.perf_counter()
+        ckptlib.save(ckdir, carry, host)
+        _log(f"deadline: stopped at rows {host['chunk'] * chunk_steps * NUM_ENVS}, checkpoint "
+             f"written in {time.perf_counter() - t_save:.1f} s (key {key}); the same command "
+             f"resumes")
+    return carry, stopped
 
 
 def _past(deadline: float | None, chunk_s: float) -> bool:

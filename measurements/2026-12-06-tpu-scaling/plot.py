@@ -1,12 +1,12 @@
 """The candidate's loop on an accelerator: seed-updates per second against seeds, log-log.
 
-Reads one or more ``accel_check.json`` files (``benchmarks/accel_check.py``; the committed
-ones are under ``benchmarks/results/``) and draws each ``loop-<n>`` phase's seed-updates per
+Reads one or more ``accel_check.json`` files (``benchmarks/accel_check.py``; the one the
+figure shows lies beside this script) and draws each ``loop-<n>`` phase's seed-updates per
 second against ``n``, with the counts that ran out of device memory marked at the bottom,
 the matmul FLOP floor of the precision the loop ran at, and the reference on the same
 kind of device (one seed per program: its updates per second whatever the count)::
 
-    python benchmarks/plot_accel_scaling.py benchmarks/results/2026-12-06-tpu-loop.json \\
+    python measurements/2026-12-06-tpu-scaling/plot.py measurements/2026-12-06-tpu-scaling/accel_check-loop.json \\
         --out docs/figures/tpu-scaling.svg
 
 The figure carries the device, the date of the check and this command.  Exit status 2 on
@@ -25,11 +25,11 @@ from pathlib import Path
 GFLOP_PER_UPDATE = 28.85
 #: bfloat16 passes per float32 product at each jax_default_matmul_precision on a TPU.
 PASSES = {"default": 1, "high": 3, "highest": 6}
-#: bfloat16 matrix throughput measured on the lent TPU v5e (device tool's KINDS.md), TFLOP/s.
+#: bfloat16 matrix throughput measured on one TPU v5e chip, TFLOP/s.
 TPU_V5E_TFLOPS = 167.0
 #: The reference at 29eb964 on the same TPU v5e, seconds per update in its own loop
 #: (jax 0.10.2, precision highest; docs/REFERENCE_RUN.md,
-#: benchmarks/results/2026-12-06-tpu-reference-4800-s0.json).
+#: the raw result benchmarks/results/2026-12-06-tpu-reference-4800-s0.json at commit 4becd9f).
 REFERENCE_TPU_S_PER_UPDATE = 0.0170
 
 
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     ax.set_ylabel("seed-updates per second")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    cmd = "python benchmarks/plot_accel_scaling.py " + " ".join(
+    cmd = "python measurements/2026-12-06-tpu-scaling/plot.py " + " ".join(
         os.path.relpath(f) for f in a.results)
     ax.set_title(f"{device}, {', '.join(sorted(set(dates)))}\n{cmd}", fontsize=7)
     fig.tight_layout()

@@ -1,9 +1,9 @@
-"""The matmul FLOP counter of the benchmarks (benchmarks/lib/hlo_cost.py) on a known program."""
+"""The matmul FLOP counter (dreamer_parity.hlo_cost) on a known program."""
 
 import jax
 import jax.numpy as jnp
 
-from benchmarks.lib.hlo_cost import matmul_flops
+from dreamer_parity.hlo_cost import matmul_flops
 
 
 def test_hlo_matmul_flops_counts_loop_trips():

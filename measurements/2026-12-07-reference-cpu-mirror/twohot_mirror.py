@@ -12,11 +12,11 @@ to 4.85e8. This prints, per head and parameter file, how many of the 127 mirror 
 still bitwise equal, the outermost pair that is not (the smaller ``j``, the larger its
 bin), and the largest difference within a pair::
 
-    python benchmarks/twohot_mirror.py cpu=<run>/params.npz tpu=<NAME>.heads.npz
+    python measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py cpu=<run>/params.npz tpu=<NAME>.heads.npz
 
 ``params.npz`` is what the reference runner writes at the end of a run
 (``dreamer_parity.reference.runner``); ``<NAME>.heads.npz`` holds only those layers
-(``benchmarks/device_reference.py --with-heads``, how a device run brings them back).
+(``python -m dreamer_parity.device_reference --with-heads``, how a device run brings them back).
 Exit status 2 on a file that is neither (naming it and the missing key).
 """
 

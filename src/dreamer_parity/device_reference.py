@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""One reference seed on the lent TPU machine in one device call, and what that call carries.
+"""One reference seed on an accelerator's machine in one command, and what that machine needs.
 
 **Here** (main venv, with network; ``make tpu-reference``)::
 
-    python benchmarks/device_reference.py --prepare .tpu-ref
+    python -m dreamer_parity.device_reference --prepare .tpu-ref
 
 fills the git-ignored ``.tpu-ref/`` with what the TPU machine lacks for the reference on
 jax 0.10.2 (``reference.jax: 0.10.2``):
@@ -18,9 +18,9 @@ jax 0.10.2 (``reference.jax: 0.10.2``):
 
 **There** (the device machine: its ``python3`` holds jax, jaxlib 0.10.2, numpy, scipy)::
 
-    python3 benchmarks/device_reference.py --seed S --name NAME
+    PYTHONPATH=src python3 -m dreamer_parity.device_reference --seed S --name NAME
 
-in one command, with the call carrying ``[".tpu-ref"]``:
+in one command, with ``.tpu-ref/`` beside the checkout:
 
 1. installs the wheels into ``--site`` (``site`` in the temporary directory; ``pip --no-index --no-deps
    --target``), put at the end of ``PYTHONPATH`` so that the machine's own jax stays first
@@ -52,7 +52,6 @@ Exit status: 0 archived; 1 the run failed (no archive); 2 bad input or a set-up 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -62,87 +61,42 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from dreamer_parity import archive  # standard library only
+from dreamer_parity import params as P
+from dreamer_parity import provenance, records
+from dreamer_parity import wheels as wheel_helper  # standard library only
+from dreamer_parity.reference import setup as ref_setup
+
+REPO = Path(__file__).resolve().parents[2]
 #: The machine's temporary directory: where the wheels and the run go by default.
 TMP = Path(tempfile.gettempdir())
-sys.path.insert(0, str(REPO / "src"))
 
-from dreamer_parity import archive  # noqa: E402  (standard library only)
-from dreamer_parity import params as P  # noqa: E402
-from dreamer_parity import provenance, records  # noqa: E402
-from dreamer_parity.reference import setup as ref_setup  # noqa: E402
-
-#: What the lent TPU machine holds besides Python 3.11 (TPU_FACTS, the tool's KINDS.md):
+#: What the TPU v5e machine measured holds besides Python 3.11 (docs/REFERENCE_RUN.md):
 #: jax and what jax needs, at requirements.lock's versions.
 PREINSTALLED = ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum")
 #: Besides the reference's lock: what the pipeline's own side needs there (params.load).
 ALSO = ("PyYAML",)
-#: pip's platform tags, the oldest glibc first (pip prefers the earlier tag).
-PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_26_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64")
 #: The environment the device runs.
 JAX = "0.10.2"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def wanted_wheels() -> dict[str, str]:
-    """``{name: version}`` of the wheels the device call carries (module doc)."""
+    """``{name: version}`` of the wheels copied to the accelerator's machine (module doc)."""
     lock = ref_setup.read_lock(ref_setup.lock_file(JAX))
     main = provenance.read_pins(REPO / "requirements.lock")
     out = {n: v for n, v in lock.items() if n not in PREINSTALLED}
     for n in ALSO:
-        if _norm(n) not in main:
+        if provenance.normalise(n) not in main:
             raise RuntimeError(f"requirements.lock pins no version of {n}")
-        out[_norm(n)] = main[_norm(n)]
+        out[provenance.normalise(n)] = main[provenance.normalise(n)]
     return dict(sorted(out.items()))
-
-
-def wheel_name(path: Path) -> tuple[str, str]:
-    """``(normalised name, version)`` of a wheel file name."""
-    name, version = Path(path).name.split("-")[:2]
-    return _norm(name), version
-
-
-def download_wheels(dest) -> list[Path]:
-    """Download :func:`wanted_wheels` into ``dest`` (no dependencies, CPython 3.11 x86-64
-    Linux), removing other wheels there; exactly one wheel per package.
-
-    Raises:
-      RuntimeError: pip's last line, or a package without exactly one wheel.
-    """
-    want = wanted_wheels()
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("*.whl"):
-        if want.get(wheel_name(old)[0]) != wheel_name(old)[1]:
-            old.unlink()
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-           "--abi", "abi3", "--abi", "none", "--disable-pip-version-check", "-d", str(dest)]
-    for tag in PLATFORMS:
-        cmd += ["--platform", tag]
-    r = subprocess.run(cmd + [f"{n}=={v}" for n, v in want.items()], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"pip download failed: "
-                           f"{(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
-    found: dict[str, list[Path]] = {}
-    for w in dest.glob("*.whl"):
-        found.setdefault(wheel_name(w)[0], []).append(w)
-    bad = [n for n in want if len(found.get(n, [])) != 1]
-    if bad:
-        raise RuntimeError(f"not exactly one wheel for {', '.join(bad)}")
-    return sorted(dest.glob("*.whl"))
 
 
 def prepare(carry, source=None) -> dict:
     """Fill ``carry`` (module doc); return ``{"wheels_mib", "export_mib", "wheels"}``."""
     carry = Path(carry)
-    wheels = download_wheels(carry / "wheels")
+    wheels = wheel_helper.download(wanted_wheels(), carry / "wheels")
     archive = ref_setup.export(carry, source, log=lambda m: None)
     mib = lambda n: round(n / 2**20, 2)  # noqa: E731
     return {"wheels": [w.name for w in wheels],
@@ -170,8 +124,7 @@ def device_params(seed: int, sets=()) -> dict:
     rows = raw.get("rows")
     raw["stats"] = {**raw.get("stats", {}), "s1_rows": [rows], "late_rows": [],
                     "concordance_rows": [rows], "concordance_range": []}
-    nested = raw
-    return P.validate(nested, where="--set")
+    return P.validate(raw, where="--set")
 
 
 def archive_run(run_dir, out_dir, name: str) -> Path | None:
@@ -199,7 +152,7 @@ HEAD_KEYS = tuple(f"agent/{h}/dist/out/{p}" for h in ("rew", "critic", "slowcrit
 def save_heads(run_dir, out_dir, name: str) -> Path:
     """``out_dir/name.heads.npz``: the two-hot heads' output layers (:data:`HEAD_KEYS`) of a
     finished run's final parameters (``params.npz``, which the archive leaves out; 0.4 MiB
-    of its 7 MiB at the full profile), for ``benchmarks/twohot_mirror.py``; never kept.
+    of its 7 MiB at the full profile), for ``measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py``; never kept.
     Written under a temporary name and renamed when complete.
 
     Raises:
@@ -241,30 +194,13 @@ def _run(cmd, env, log, cwd=REPO) -> int:
     return proc.wait()
 
 
-def install_wheels(wheels: Path, site: Path, log) -> str:
-    """Install every wheel of ``wheels`` into ``site`` (unless a stamp says that set is
-    there already); returns what was done."""
+def _install(wheels: Path, site: Path) -> str:
     files = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
-    if not files:
-        return "no wheels carried"
-    stamp = site / (".installed-" + hashlib.sha256(
-        "\n".join(f.name for f in files).encode()).hexdigest()[:16])
-    if stamp.exists():
-        return f"{len(files)} wheels already in {site}"
-    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q",
-                        "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-                        "--disable-pip-version-check", "--target", str(site),
-                        *map(str, files)], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"pip install of the carried wheels failed: "
-                           f"{(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
-    stamp.write_text("\n".join(f.name for f in files) + "\n")
-    return f"{len(files)} wheels installed into {site}"
+    return wheel_helper.install(files, site) if files else "no wheels carried"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/device_reference.py", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m dreamer_parity.device_reference", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prepare", metavar="DIR", default=None,
                     help="here: fill DIR with the wheels and the export, and exit")
@@ -290,7 +226,7 @@ def main(argv=None) -> int:
                     help="change a parameter (e.g. reference.platform=cpu, profile=smoke)")
     ap.add_argument("--with-heads", action="store_true",
                     help="also bring back the two-hot heads' output layers of the final "
-                         "parameters as NAME.heads.npz (for benchmarks/twohot_mirror.py)")
+                         "parameters as NAME.heads.npz (for measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py)")
     a = ap.parse_args(argv)
     if a.prepare:
         try:
@@ -299,7 +235,7 @@ def main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         print(f"{a.prepare}: {len(got['wheels'])} wheels, {got['wheels_mib']} MiB; export "
-              f"{got['export_mib']} MiB; a device call carries [\"{Path(a.prepare).name}\"]")
+              f"{got['export_mib']} MiB; copy {Path(a.prepare).name}/ with the working tree")
         return 0
     if a.seed is None or a.name is None or not a.out_dir:
         print("error: --seed, --name and --out-dir (or $OUT) are needed", file=sys.stderr)
@@ -322,7 +258,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     env = dict(os.environ)
     try:
-        log(f"[device] {install_wheels(carry / 'wheels', site, log)} ({time.time() - t0:.1f} s)")
+        log(f"[device] {_install(carry / 'wheels', site)} ({time.time() - t0:.1f} s)")
     except RuntimeError as e:
         log(f"[device] error: {e}")
         return 2

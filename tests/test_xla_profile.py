@@ -1,21 +1,16 @@
-"""The profile script's op-to-source attribution (benchmarks/profile_candidate.py)."""
+"""What an XLA profile says per op (dreamer_parity.xla_profile, read by
+benchmarks/profile_candidate.py): op events of a trace, op-to-source attribution."""
 
-import importlib.util
 import inspect
 import re
 import zlib
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
 
+from dreamer_parity import xla_profile as profile_candidate
 from dreamer_parity.candidate import nets
-
-_SPEC = importlib.util.spec_from_file_location(
-    "profile_candidate", Path(__file__).resolve().parents[1] / "benchmarks" / "profile_candidate.py")
-profile_candidate = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(profile_candidate)
 
 
 def test_source_of_ops_maps_dots_to_the_matmul_line_and_marks_the_backward_pass():
