@@ -100,12 +100,12 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
     out, runs = tmp_path / "out", tmp_path / "runs"
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(out), "--runs", str(runs),
-         "--deadline-s", "2400", "--first-seed", "50", "--max-seeds", "1",
+         "--deadline-s", "3000", "--first-seed", "50", "--max-seeds", "1",
          "--measure-seeds", "1", "--platform", "cpu", "--versions", "none",
-         "--smoke-timeout-s", "1200",
+         "--smoke-timeout-s", "1200", "--measure-budget-s", "1500",
          "--wheels", str(wheels), *SMOKE_SETS,
          "--measure-args", "--rows", "1200", "--loop-steps", "2", "--loop-chunks", "1"],
-        capture_output=True, text=True, timeout=2400, cwd=REPO, env=env)
+        capture_output=True, text=True, timeout=3000, cwd=REPO, env=env)
     res = json.loads((out / "gpu_call.json").read_text())
     assert r.returncode == 0, (r.stderr[-3000:], res)
     assert [p["name"] for p in res["phases"]] == [
