@@ -15,7 +15,7 @@ runs in a child process (one process at a time holds the GPU):
 2. ``probe``: the versions, the jax backend and its devices, the device memory, the GPU model,
    driver and memory (``provenance.gpu``), printed and recorded.
 3. ``smoke``: one seed of the smoke profile (tiny widths, 1,200 rows: seconds after its
-   compile) through ``python -m dreamer_parity.candidate.runtime.run``, then packed with
+   compile; ``--smoke-set`` changes it) through ``python -m dreamer_parity.candidate.runtime.run``, then packed with
    ``python -m dreamer_parity.archive pack`` (the archive is checked and thrown away).
 4. ``measure``: the run's own chunk program at ``--measure-seeds`` seeds and the round's
    profile, timed by ``benchmarks/accel_check.py --parts loop`` (compile seconds and
@@ -104,6 +104,14 @@ def updates_per_seed(rows: int) -> int:
     :func:`dreamer_parity.schedule.per_vector_step`)."""
     from dreamer_parity.schedule import per_vector_step
     return sum(per_vector_step(rows // accel_check.NUM_ENVS))
+
+
+def smoke_sets(extra=()) -> list[str]:
+    """The ``--set`` assignments of the smoke run, after the call's ``--set``: the smoke
+    profile's (``params.SMOKE``), seed 0 alone, then ``extra`` (``--smoke-set``)."""
+    from dreamer_parity import params as paramslib
+    return [*(f"{k}={json.dumps(v) if v is not None else 'null'}"
+              for k, v in paramslib.SMOKE.items() if k != "seeds"), "seeds=[0]", *extra]
 
 
 def _seed_sets(params: dict, seeds: list[int]) -> list[str]:
@@ -210,12 +218,8 @@ class Call:
         self.write()
         # smoke: one tiny seed, run and packed
         from dreamer_parity import params as paramslib
-        smoke_sets = [f"{k}={json.dumps(v) if v is not None else 'null'}"
-                      for k, v in paramslib.SMOKE.items()
-                      if k not in ("seeds", "candidate.source")]
         smoke_out = self.runs / "smoke"
-        ph = self.child("smoke", self.run_cmd([*smoke_sets, "candidate.source=run",
-                                               "seeds=[0]"], smoke_out, None),
+        ph = self.child("smoke", self.run_cmd(smoke_sets(a.smoke_set), smoke_out, None),
                         min(self.left(), a.smoke_timeout_s))
         ph.pop("_stdout", None)
         if ph["rc"] != 0:
@@ -306,6 +310,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--measure-args", nargs=argparse.REMAINDER, default=[],
                     help="further accel_check.py options of the measurement (last)")
     ap.add_argument("--smoke-timeout-s", type=float, default=300.0)
+    ap.add_argument("--smoke-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a parameter of the smoke run, after the smoke profile's "
+                         "(params.SMOKE) and --set")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change a parameter of --params for every run (as the runner's --set)")
@@ -336,7 +343,9 @@ def main(argv=None) -> int:
     a.wheels = a.wheels or accel_check.WHEEL_SETS.get(a.versions, accel_check.WHEEL_SETS["none"])["dir"]
     from dreamer_parity import params as paramslib
     try:
-        paramslib.load(REPO / a.params if not Path(a.params).is_absolute() else a.params, a.set)
+        path = REPO / a.params if not Path(a.params).is_absolute() else a.params
+        paramslib.load(path, a.set)
+        paramslib.load(path, [*a.set, *smoke_sets(a.smoke_set)])
     except FileNotFoundError as e:
         ap.error(f"--params: file not found: {e.filename}")
     except paramslib.ParamsError as e:

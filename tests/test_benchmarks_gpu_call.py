@@ -28,6 +28,9 @@ _SPEC.loader.exec_module(gpu_call)
 
 SMOKE_SETS = [f"--set={k}={json.dumps(v) if v is not None else 'null'}"
               for k, v in paramslib.SMOKE.items()]
+# 1,056 rows: the gate's row 1,040, then one vector step of 8 updates (9 in all)
+SHORT = ["rows=1056", "eval_every=528", "stats.s1_rows=[528,1056]",
+         "stats.concordance_rows=[1056]", "stats.concordance_range=[528,1056]"]
 
 
 def _wheel(d: Path, name: str, version: str) -> Path:
@@ -83,6 +86,7 @@ def test_gpu_provenance_from_nvidia_smi_and_xla_flags(tmp_path, monkeypatch):
     (["--deadline-s", "9", "--versions", "gpu-x"], "--versions 'gpu-x' is not in"),
     (["--deadline-s", "9", "--set", "seeds=[1, 1]"], "duplicate seeds"),
     (["--deadline-s", "9", "--params", "nope.yaml"], "--params: file not found"),
+    (["--deadline-s", "9", "--smoke-set", "rows=1000"], "eval_every"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, msg):
     r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), *args],
@@ -103,8 +107,9 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
          "--deadline-s", "3000", "--first-seed", "50", "--max-seeds", "1",
          "--measure-seeds", "1", "--platform", "cpu", "--versions", "none",
          "--smoke-timeout-s", "1200", "--measure-budget-s", "1500",
-         "--wheels", str(wheels), *SMOKE_SETS,
-         "--measure-args", "--rows", "1200", "--loop-steps", "2", "--loop-chunks", "1"],
+         "--wheels", str(wheels), *SMOKE_SETS, *(f"--set={x}" for x in SHORT),
+         *(f"--smoke-set={x}" for x in SHORT),
+         "--measure-args", "--rows", "1072", "--loop-steps", "1", "--loop-chunks", "1"],
         capture_output=True, text=True, timeout=3000, cwd=REPO, env=env)
     res = json.loads((out / "gpu_call.json").read_text())
     assert r.returncode == 0, (r.stderr[-3000:], res)
@@ -116,6 +121,7 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
     assert res["phases"][3]["loop"]["seed_updates_per_s"] > 0
     # one seed: the batch's program is the smoke's (the compilation cache serves it)
     assert res["plan"]["seed_list"] == [50] and res["finished"] == [50]
+    assert res["plan"]["updates_per_seed"] == 9
     # only the JSON and the archive come back
     assert sorted(p.name for p in out.iterdir()) == ["candidate-s50-s50.tar.gz", "gpu_call.json"]
     with tarfile.open(out / "candidate-s50-s50.tar.gz") as tar:
