@@ -100,7 +100,7 @@ accel-wheels: venv
 	$(PY) benchmarks/accel_check.py --download-wheels
 
 # The wheels the GPU machine (provenance.VERSION_SETS gpu-h200: Python 3.12, jax 0.11.2) lacks,
-# for CPython 3.12: the lines of requirements-gpu-cpu312.lock marked "# carried" (gymnax and
+# for CPython 3.12: the lines of requirements-gpu-cpu312.lock marked "# shipped" (gymnax and
 # what it imports) and this project's own wheel, into the git-ignored .gpu-wheels/; prints
 # their total size.  benchmarks/gpu_call.py installs them there (docs/CANDIDATE.md#gpu).
 gpu-wheels: venv

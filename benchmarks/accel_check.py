@@ -161,12 +161,12 @@ def install_wheels(wheel_dir, target) -> list[dict]:
     return plan
 
 
-#: The GPU machine's carried wheels (``make gpu-wheels``): the lines of this lock marked
-#: ``# carried`` (what that machine's image lacks), for CPython 3.12, beside a wheel of this
+#: The wheels shipped to the GPU machine (``make gpu-wheels``): the lines of this lock marked
+#: ``# shipped`` (what that machine's image lacks), for CPython 3.12, beside a wheel of this
 #: project; the lock's other lines are the image's own packages (tests/test_gpu_cpu312.py).
 GPU_LOCK = "requirements-gpu-cpu312.lock"
 #: Per ``--versions`` value: which wheels ``--download-wheels`` fetches (``names``: None for
-#: the lock's ``# carried`` lines), from which lock, for which CPython, into which directory
+#: the lock's ``# shipped`` lines), from which lock, for which CPython, into which directory
 #: (the default of ``--wheels``), whether manylinux wheels up to glibc 2.28 fit (the GPU
 #: machine's Python 3.12.3 image: some of its wheels exist for 2.28 only), and whether this project's own wheel goes with them.
 WHEEL_SETS = {
@@ -178,12 +178,12 @@ WHEEL_SETS = {
 }
 
 
-def carried_names(lock) -> tuple[str, ...]:
-    """The normalised names of the ``name==version  # carried`` lines of ``lock``."""
+def shipped_names(lock) -> tuple[str, ...]:
+    """The normalised names of the ``name==version  # shipped`` lines of ``lock``."""
     out = []
     for line in Path(lock).read_text().splitlines():
         body, _, mark = line.partition("#")
-        if "==" in body and mark.strip() == "carried":
+        if "==" in body and mark.strip() == "shipped":
             out.append(re.sub(r"[-_.]+", "-", body.split("==", 1)[0].strip()).lower())
     return tuple(out)
 
@@ -214,7 +214,7 @@ def build_project_wheel(dest) -> Path:
 
 def download_wheels(dest, lock=REPO / "requirements.lock", names=ACCEL_WHEELS,
                     python_version="3.11", project=False, newer_glibc=False) -> list[Path]:
-    """Download ``names`` (None: the lock's ``# carried`` lines, :func:`carried_names`) at
+    """Download ``names`` (None: the lock's ``# shipped`` lines, :func:`shipped_names`) at
     their ``lock`` versions into ``dest`` (wheels for CPython ``python_version`` on x86-64
     Linux, pure Python or manylinux 2.17, with ``newer_glibc`` up to 2.28 too, no
     dependencies), removing other wheels there;
@@ -223,7 +223,7 @@ def download_wheels(dest, lock=REPO / "requirements.lock", names=ACCEL_WHEELS,
     Raises RuntimeError naming a package the lock does not pin, or pip's last line.
     """
     pins = provenance.read_pins(lock)
-    names = carried_names(lock) if names is None else names
+    names = shipped_names(lock) if names is None else names
     missing = [n for n in names if n not in pins]
     if missing:
         raise RuntimeError(f"{Path(lock).name} pins no version of {', '.join(missing)}")

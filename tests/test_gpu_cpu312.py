@@ -3,9 +3,9 @@
 The GPU machine (``provenance.VERSION_SETS["gpu-h200"]``) runs Python 3.12 and jax 0.11.2; this
 suite runs Python 3.11 and requirements.lock's jax.  Where ``python3.12`` exists, a virtual
 environment is made once from ``requirements-gpu-cpu312.lock`` (every line, ``--no-deps``: the
-image's packages with the CPU jaxlib, the carried ones ``make gpu-wheels`` fetches, pytest),
-cached under ``~/.cache/dreamer-parity/gpu-cpu312-<digest of the lock>``, and the candidate's
-fast tests (agent units, two-hot, loop parts) run there against this checkout's ``src``.  So a
+image's packages with the CPU jaxlib, the shipped ones ``make gpu-wheels`` fetches, pytest),
+cached under ``~/.cache/dreamer-parity/gpu-cpu312-<digest of the lock's pins>``, and the
+candidate's fast tests (agent units, two-hot, loop parts) run there against this checkout's ``src``.  So a
 change that breaks the candidate under jax 0.11.2 fails here rather than on the GPU machine.
 Without a working ``python3.12`` (on PATH, from pyenv, or named by
 ``$DREAMER_PARITY_PYTHON312``), or where the environment cannot be made (no package index), the tests
@@ -44,23 +44,23 @@ def _accel_check():
     return mod
 
 
-def test_the_lock_holds_the_gpu_version_set_and_the_carried_wheels():
-    # fast: the lock's jax, jaxlib and numpy are the version set's; its carried lines are
+def test_the_lock_holds_the_gpu_version_set_and_the_shipped_wheels():
+    # fast: the lock's jax, jaxlib and numpy are the version set's; its shipped lines are
     # what `make gpu-wheels` fetches, and they cover what the candidate imports
     pins = provenance.read_pins(LOCK)
     vset = provenance.VERSION_SETS["gpu-h200"]
     assert {p: pins[p] for p in provenance.PINNED_PACKAGES} == vset["versions"]
     assert vset["also"]["python"] == "3.12"
     ac = _accel_check()
-    carried = ac.carried_names(LOCK)
+    shipped = ac.shipped_names(LOCK)
     assert ac.WHEEL_SETS["gpu-h200"]["lock"] == LOCK.name
     assert {"gymnax", "gymnasium", "seaborn", "matplotlib", "pandas", "six",
-            "flatbuffers"} <= set(carried)
-    # the image's own packages are not carried
-    assert not {"jax", "jaxlib", "numpy", "optax", "chex", "flax", "scipy"} & set(carried)
-    # where requirements.lock pins a carried package, the version is the same
+            "flatbuffers"} <= set(shipped)
+    # the image's own packages are not shipped
+    assert not {"jax", "jaxlib", "numpy", "optax", "chex", "flax", "scipy"} & set(shipped)
+    # where requirements.lock pins a shipped package, the version is the same
     main = provenance.read_pins(REPO / "requirements.lock")
-    assert {n: pins[n] for n in carried if n in main} == {n: main[n] for n in carried if n in main}
+    assert {n: pins[n] for n in shipped if n in main} == {n: main[n] for n in shipped if n in main}
 
 
 def _python312() -> tuple[str | None, str]:
@@ -103,7 +103,8 @@ def venv312():
     py, why = _python312()
     if py is None:
         pytest.skip(why)
-    key = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:12]
+    pins = "".join(f"{k}=={v}\n" for k, v in sorted(provenance.read_pins(LOCK).items()))
+    key = hashlib.sha256(pins.encode()).hexdigest()[:12]   # the pins, not the comments
     venv = CACHE / f"gpu-cpu312-{key}"
     done = venv / ".complete"
     if not done.exists():
