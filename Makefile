@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels tpu-reference
+.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels gpu-wheels tpu-reference
 
 # The venv, then a git tag per kept round of docs/rounds/index.yaml whose commit the clone holds
 # (tags are not cloned with the branch), so that `dvc metrics diff <round> <round>` takes round
@@ -118,6 +118,13 @@ round-tags: venv
 # there with the working tree for benchmarks/device_env.sh and benchmarks/accel_check.py.
 accel-wheels: venv
 	$(PY) benchmarks/accel_check.py --download-wheels
+
+# The wheels the GPU machine (provenance.VERSION_SETS gpu-h200: Python 3.12, jax 0.11.2) lacks,
+# for CPython 3.12: the lines of requirements-gpu-cpu312.lock marked "# shipped" (gymnax and
+# what it imports) and this project's own wheel, into the git-ignored .gpu-wheels/; prints
+# their total size.  benchmarks/gpu_call.py installs them there (docs/CANDIDATE.md#gpu).
+gpu-wheels: venv
+	$(PY) benchmarks/accel_check.py --download-wheels --versions gpu-h200
 
 # What the reference needs on a TPU machine, into the git-ignored .tpu-ref/, to be copied
 # there with the working tree: the wheels that machine lacks for reference.jax 0.10.2 and the

@@ -133,17 +133,76 @@ def install_wheels(wheel_dir, target) -> list[dict]:
     return plan
 
 
-def download_wheels(dest, lock=REPO / "requirements.lock") -> list[Path]:
-    """Download :data:`ACCEL_WHEELS` at their ``lock`` versions into ``dest``
-    (:func:`dreamer_parity.wheels.download`), removing other wheels there.
+#: The wheels shipped to the GPU machine (``make gpu-wheels``): the lines of this lock marked
+#: ``# shipped`` (what that machine's image lacks), for CPython 3.12, beside a wheel of this
+#: project; the lock's other lines are the image's own packages (tests/test_gpu_cpu312.py).
+GPU_LOCK = "requirements-gpu-cpu312.lock"
+#: Per ``--versions`` value: which wheels ``--download-wheels`` fetches (``names``: None for
+#: the lock's ``# shipped`` lines), from which lock, for which CPython, into which directory
+#: (the default of ``--wheels``), and whether this project's own wheel goes with them.
+WHEEL_SETS = {
+    "none": {"lock": "requirements.lock", "names": ACCEL_WHEELS, "python": "3.11",
+             "dir": WHEEL_DIR, "project": False, "make": "accel-wheels"},
+    "gpu-h200": {"lock": GPU_LOCK, "names": None, "python": "3.12",
+                 "dir": ".gpu-wheels",
+                 "project": True, "make": "gpu-wheels"},
+}
+
+
+def shipped_names(lock) -> tuple[str, ...]:
+    """The normalised names of the ``name==version  # shipped`` lines of ``lock``."""
+    out = []
+    for line in Path(lock).read_text().splitlines():
+        body, _, mark = line.partition("#")
+        if "==" in body and mark.strip() == "shipped":
+            out.append(provenance.normalise(body.split("==", 1)[0].strip()))
+    return tuple(out)
+
+
+def build_project_wheel(dest) -> Path:
+    """Build this project's wheel (pure Python, ``pip wheel --no-deps``) into ``dest`` from a
+    copy of ``pyproject.toml`` and ``src/`` (the checkout gets no build files), replacing an
+    earlier one; returns its path.
+
+    Raises RuntimeError with pip's last line when the build fails.
+    """
+    dest = Path(dest)
+    for old in dest.glob("dreamer_parity-*.whl"):
+        old.unlink()
+    import shutil
+    with tempfile.TemporaryDirectory(prefix="project-wheel-") as tmp:
+        shutil.copy2(REPO / "pyproject.toml", tmp)
+        shutil.copytree(REPO / "src", Path(tmp) / "src",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                            "--disable-pip-version-check", "-w", str(dest), tmp],
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"pip wheel of the project failed: {last}")
+    return next(dest.glob("dreamer_parity-*.whl"))
+
+
+def download_wheels(dest, lock=REPO / "requirements.lock", names=ACCEL_WHEELS,
+                    python_version="3.11", project=False) -> list[Path]:
+    """Download ``names`` (None: the lock's ``# shipped`` lines, :func:`shipped_names`) at
+    their ``lock`` versions into ``dest`` (wheels for CPython ``python_version`` on x86-64
+    Linux, pure Python or manylinux up to glibc 2.28: :data:`dreamer_parity.wheels.PLATFORMS`,
+    no dependencies; :func:`dreamer_parity.wheels.download`), removing other wheels there;
+    with ``project``, this project's wheel too (:func:`build_project_wheel`).
 
     Raises RuntimeError naming a package the lock does not pin, or pip's last line.
     """
     pins = provenance.read_pins(lock)
-    missing = [n for n in ACCEL_WHEELS if n not in pins]
+    names = shipped_names(lock) if names is None else names
+    missing = [n for n in names if n not in pins]
     if missing:
         raise RuntimeError(f"{Path(lock).name} pins no version of {', '.join(missing)}")
-    return wheels.download({n: pins[n] for n in ACCEL_WHEELS}, dest)
+    got = wheels.download({n: pins[n] for n in names}, dest, python_version=python_version)
+    if project:
+        build_project_wheel(dest)
+        got = sorted(Path(dest).glob("*.whl"))
+    return got
 
 
 def travelling_bytes() -> int | None:
@@ -787,9 +846,12 @@ def _parser() -> argparse.ArgumentParser:
                          f"${provenance.ALLOW_VERSIONS_ENV}, when set, wins")
     ap.add_argument("--mem-fraction", default="0.9",
                     help="XLA_PYTHON_CLIENT_MEM_FRACTION of the device phases unless set")
-    ap.add_argument("--wheels", default=WHEEL_DIR, help="wheel directory (relative to the repository)")
+    ap.add_argument("--wheels", default=None,
+                    help="wheel directory (relative to the repository; default: .accel-wheels, "
+                         "or .gpu-wheels with --versions gpu-h200: WHEEL_SETS)")
     ap.add_argument("--download-wheels", action="store_true",
-                    help="download ACCEL_WHEELS into --wheels and exit (make accel-wheels)")
+                    help="download the wheels of --versions' WHEEL_SETS entry into --wheels and "
+                         "exit (make accel-wheels; make gpu-wheels: --versions gpu-h200)")
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     return ap
 
@@ -827,15 +889,22 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.phase:
         return _child_main(json.loads(a.phase), t_start)
+    if a.versions != "none" and a.versions not in provenance.VERSION_SETS:
+        ap.error(f"--versions {a.versions!r} is not in provenance.VERSION_SETS "
+                 f"({', '.join(sorted(provenance.VERSION_SETS))}) nor 'none'")
+    wset = WHEEL_SETS.get(a.versions, WHEEL_SETS["none"])
+    a.wheels = a.wheels or wset["dir"]
     wheel_dir = (REPO / a.wheels) if not Path(a.wheels).is_absolute() else Path(a.wheels)
     if a.download_wheels:
         try:
-            got = download_wheels(wheel_dir)
+            got = download_wheels(wheel_dir, REPO / wset["lock"], wset["names"],
+                                  wset["python"], wset["project"])
         except RuntimeError as e:
             print(f"accel_check: error: {e}", file=sys.stderr)
             return 2
         size = sum(p.stat().st_size for p in got)
-        print(f"accel_check: {len(got)} wheels, {size / 2**20:.2f} MiB in {a.wheels}/ "
+        print(f"accel_check: {len(got)} wheels for CPython {wset['python']}, "
+              f"{size / 2**20:.2f} MiB in {a.wheels}/ "
               f"(copy it with the working tree): " + ", ".join(p.name for p in got))
         tree = travelling_bytes()
         if tree is not None:
@@ -859,7 +928,8 @@ def main(argv=None) -> int:
         missing = [m for m in NEEDED_MODULES if importlib.util.find_spec(m) is None]
         if missing:
             res["error"] = (f"not installed: {', '.join(missing)} (no wheel in {a.wheels}/: "
-                            f"run `make accel-wheels` and copy {a.wheels}/ with the working tree)")
+                            f"run `make {wset['make']}` and copy {a.wheels}/ with the "
+                            f"working tree)")
             check.write()
             print(f"accel_check: error: {res['error']}", file=sys.stderr)
             return 2

@@ -20,7 +20,8 @@ from pathlib import Path
 __all__ = ["git_state", "relative_to_roots", "collect", "cpu_model", "REPO_ROOT",
            "PinError", "LockError", "normalise", "read_pins", "check_pins", "allowed_versions", "package_versions",
            "backend", "ALLOW_VERSIONS_ENV", "PINNED_PACKAGES", "VERSION_SETS",
-           "RECORDED_PACKAGES", "VERSION_SET_ENV", "CHECKED_ENV", "environment_set"]
+           "RECORDED_PACKAGES", "VERSION_SET_ENV", "CHECKED_ENV", "environment_set",
+           "gpu", "autotune_level"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +57,7 @@ VERSION_SETS = {
     "gpu-h200": {
         "kind": "accepts",
         "lock": "requirements.lock",
-        "about": "the lent GPU machine (NVIDIA H200 or H100, x86-64, Python 3.12, CUDA 13; "
+        "about": "an NVIDIA GPU machine (NVIDIA H200 or H100, x86-64, Python 3.12, CUDA 13; "
                  "docs/PERFORMANCE.md#gpu)",
         "versions": {"jax": "0.11.2", "jaxlib": "0.11.2", "numpy": "2.5.2"},
         "also": {"jax-cuda13-plugin": "0.11.2", "jax-cuda13-pjrt": "0.11.2", "python": "3.12"},
@@ -65,7 +66,7 @@ VERSION_SETS = {
         "kind": "environment",
         "lock": "requirements-reference-jax010.lock",
         "selected_by": "reference.jax: 0.10.2",
-        "about": "the reference on jax 0.10.2 (CPU, or the lent TPU machine's preinstalled "
+        "about": "the reference on jax 0.10.2 (CPU, or a TPU v5e machine's preinstalled "
                  "jax), with the outside shims of reference/shims.py (docs/REFERENCE_RUN.md)",
         "versions": {"jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.4.6"},
         "also": {},
@@ -270,6 +271,47 @@ def backend() -> dict | None:
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
 
 
+def autotune_level(xla_flags: str | None = None) -> int | None:
+    """The XLA:GPU autotuning level ``--xla_gpu_autotune_level=N`` of ``xla_flags`` (default:
+    ``$XLA_FLAGS``; the last one given wins, as in XLA), or None where none is given (XLA's
+    own default then applies)."""
+    import re
+
+    flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+    found = re.findall(r"--xla_gpu_autotune_level=(\d+)", flags)
+    return int(found[-1]) if found else None
+
+
+def gpu(nvidia_smi: str = "nvidia-smi") -> dict:
+    """The NVIDIA GPUs of this machine and the XLA:GPU settings of this process, for run.json
+    (:func:`collect` adds it when the jax backend is a GPU).
+
+    Returns:
+      ``{"gpus": [{"name": str, "driver": str, "memory_mib": int | None}, ...] | None,
+      "error": str (only when nvidia-smi cannot say), "xla_flags": str,
+      "autotune_level": int | None (:func:`autotune_level`), "matmul_precision": str |
+      None ($JAX_DEFAULT_MATMUL_PRECISION)}``; ``gpus`` from ``nvidia-smi
+      --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits``, None
+      where it is missing or fails (the reason in ``error``).  Never raises.
+    """
+    out = {"gpus": None, "xla_flags": os.environ.get("XLA_FLAGS", ""),
+           "autotune_level": autotune_level(),
+           "matmul_precision": os.environ.get("JAX_DEFAULT_MATMUL_PRECISION") or None}
+    try:
+        r = subprocess.run([nvidia_smi, "--query-gpu=name,driver_version,memory.total",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                           timeout=30, check=True)
+        gpus = []
+        for line in r.stdout.strip().splitlines():
+            name, driver, mem = (part.strip() for part in line.rsplit(",", 2))
+            gpus.append({"name": name, "driver": driver,
+                         "memory_mib": int(mem) if mem.isdigit() else None})
+        out["gpus"] = gpus
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        out["error"] = f"nvidia-smi: {type(e).__name__}"
+    return out
+
+
 #: Files of this repository that a round or ``dvc exp run -S`` rewrites; their state is
 #: recorded elsewhere (run.json holds the parameters, dvc.lock the outputs), so they do not
 #: make the code dirty.
@@ -344,7 +386,9 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
       ``$DREAMER_PARITY_ALLOW_VERSIONS=1``, or an ``accepts`` version set's versions passed
       the check; ``version_set``: that set, or the ``environment`` set whose own lock the
       process was checked against (here or by its launcher, ``$DREAMER_PARITY_VERSION_SET``);
-      ``packages``: :func:`package_versions`; ``backend``: :func:`backend`.
+      ``packages``: :func:`package_versions`; ``backend``: :func:`backend`; on a GPU
+      backend only (platform ``gpu`` or ``cuda``), ``gpu``: :func:`gpu` (model, driver,
+      ``XLA_FLAGS``, autotuning level, precision).
     """
     out = {"repo": git_state(REPO_ROOT, exclude=ROUND_FILES)}
     for name, tree in (extra_trees or {}).items():
@@ -376,4 +420,6 @@ def collect(extra_trees: dict[str, str | os.PathLike] | None = None,
             "OMP_NUM_THREADS", "XLA_CPU_THREADS", "MALLOC_MMAP_THRESHOLD_")},
         "argv0": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "",
     })
+    if (out["backend"] or {}).get("platform") in ("gpu", "cuda"):
+        out["gpu"] = gpu()
     return out

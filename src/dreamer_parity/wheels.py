@@ -53,10 +53,10 @@ def _pip(args: list[str], what: str) -> None:
                            f"{(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
 
 
-def download(pins: dict[str, str], dest) -> list[Path]:
+def download(pins: dict[str, str], dest, python_version: str = "3.11") -> list[Path]:
     """Download one wheel of each ``{name: version}`` of ``pins`` into ``dest`` (no
-    dependencies; CPython 3.11, x86-64 Linux, :data:`PLATFORMS`), removing the other
-    wheels there.  Returns the wheels of ``dest``, sorted.
+    dependencies; CPython ``python_version`` ("3.11" or "3.12"), x86-64 Linux,
+    :data:`PLATFORMS`), removing the other wheels there.  Returns the wheels of ``dest``, sorted.
 
     Raises:
       RuntimeError: pip's last line, or a package without exactly one wheel.
@@ -68,8 +68,11 @@ def download(pins: dict[str, str], dest) -> list[Path]:
         name, version = wheel_name(old)
         if want.get(name) != version:
             old.unlink()
-    args = ["download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
-            "--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none",
+    if python_version not in ("3.11", "3.12"):
+        raise ValueError(f"python_version must be 3.11 or 3.12, got {python_version!r}")
+    cp = "cp" + python_version.replace(".", "")
+    args = ["download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+            python_version, "--implementation", "cp", "--abi", cp, "--abi", "abi3", "--abi", "none",
             "-d", str(dest)]
     for tag in PLATFORMS:
         args += ["--platform", tag]

@@ -1,0 +1,390 @@
+"""The candidate's seeds on an NVIDIA GPU in one call: set-up, smoke, measure, batch, pack.
+
+On the GPU machine (Python 3.12 with jax 0.11.2 and its CUDA 13 plugin: version set
+``gpu-h200``), from the repository root, with ``.gpu-wheels/`` (``make gpu-wheels`` here)
+copied there beside the working tree (docs/CANDIDATE.md#gpu)::
+
+    python3 benchmarks/gpu_call.py --out <dir brought back> --deadline-s 540 --first-seed 50
+
+The phases, in order; ``<out>/gpu_call.json`` is rewritten (atomically) after each, and each
+runs in a child process (one process at a time holds the GPU):
+
+1. ``install``: the wheels of ``.gpu-wheels/`` whose distributions are missing, with ``pip
+   --no-index --no-deps`` into a temporary directory (``accel_check.install_wheels``); every
+   module the candidate imports must then be importable (exit 2 otherwise).
+2. ``probe``: the versions, the jax backend and its devices, the device memory, the GPU model,
+   driver and memory (``provenance.gpu``), printed and recorded.
+3. ``smoke``: one seed of the smoke profile (tiny widths, 1,200 rows: seconds after its
+   compile; ``--smoke-set`` changes it) through ``python -m dreamer_parity.candidate.runtime.run``, then packed with
+   ``python -m dreamer_parity.archive pack`` (the archive is checked and thrown away).
+4. ``measure``: the run's own chunk program at ``--measure-seeds`` seeds and the round's
+   profile, timed by ``benchmarks/accel_check.py --parts loop`` (compile seconds and
+   seed-updates per second).
+5. ``batch``: :func:`plan_batch` sizes the batch from that measurement so that it finishes
+   inside ``--deadline-s`` (counted from this script's start); the seeds ``--first-seed``
+   upward then run in one program (``run --deadline-s``, ``--checkpoint deadline``: a seed cut
+   by the deadline is checkpointed under ``--runs``, never packed).
+6. ``pack``: the finished seeds into ``<out>/candidate-s<first>-s<last>.tar.gz`` with ``python
+   -m dreamer_parity.archive pack`` (one archive, at most 16 MiB, checked), to be kept here with
+   ``python -m dreamer_parity.keep``.
+
+Every run goes at ``--precision`` (``JAX_DEFAULT_MATMUL_PRECISION``, default ``highest``);
+``run.json`` records the precision, ``XLA_FLAGS``, the autotuning level, the GPU model and the
+driver (``provenance.collect``: ``backend``, ``gpu``).  ``<out>`` gets ``gpu_call.json`` and the
+archive only (the runs, the smoke and the measurement stay under ``--runs``).
+
+Exit status: 0 when every phase ran (a batch that does not fit is recorded and skipped), 1 when
+a phase failed, 2 on bad arguments or a missing package, before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO))
+
+from benchmarks import accel_check  # noqa: E402  (standard library and the project only)
+from dreamer_parity import provenance, records  # noqa: E402
+
+JSON_NAME = "gpu_call.json"
+#: Seconds a run spends outside its compile and its loop (start, outputs; the TPU's 20-23 s,
+#: docs/CANDIDATE.md "Runs in commands of at most 10 minutes"), and what the pack and the last
+#: write need after the batch.
+RUN_OVERHEAD_S = 30.0
+PACK_RESERVE_S = 20.0
+#: The largest archive a call brings back.
+ARCHIVE_MAX_BYTES = 16 * 2**20
+
+
+def plan_batch(left_s: float, updates_per_seed: int, measured_seeds: int,
+               seed_updates_per_s: float, compile_s: float, max_seeds: int) -> dict:
+    """How many seeds one program can finish in ``left_s`` seconds.
+
+    The time of one batched update at ``n`` seeds is taken as the measured one at
+    ``measured_seeds`` seeds (``measured_seeds / seed_updates_per_s``) for ``n`` up to that
+    count, and as growing in proportion to ``n`` above it (a bound: batching widens the
+    kernels, it does not add them, so the true time grows more slowly).  A program of ``n``
+    seeds takes ``compile_s + RUN_OVERHEAD_S + updates_per_seed * update_s(n)``.
+
+    Args:
+      left_s: seconds until the deadline, less :data:`PACK_RESERVE_S`.
+      updates_per_seed: train updates of one seed over the round's rows (the schedule).
+      measured_seeds, seed_updates_per_s, compile_s: the measurement (``accel_check`` loop).
+      max_seeds: the largest batch wanted.
+
+    Returns:
+      ``{"seeds": int (0: none fits), "estimate_s": float | None (of that batch),
+      "update_s_measured": float}``.
+
+    Raises ValueError for a non-positive measurement or count.
+    """
+    if measured_seeds < 1 or not seed_updates_per_s > 0 or updates_per_seed < 1 or max_seeds < 1:
+        raise ValueError("plan_batch: the measurement and the counts must be positive")
+    base = measured_seeds / seed_updates_per_s
+
+    def est(n):
+        return compile_s + RUN_OVERHEAD_S + updates_per_seed * base * max(1.0, n / measured_seeds)
+
+    n = max([k for k in range(1, max_seeds + 1) if est(k) <= left_s], default=0)
+    return {"seeds": n, "estimate_s": est(n) if n else None, "update_s_measured": base}
+
+
+def updates_per_seed(rows: int) -> int:
+    """Train updates of one seed over ``rows`` environment rows (16 environments;
+    :func:`dreamer_parity.schedule.per_vector_step`)."""
+    from dreamer_parity.schedule import per_vector_step
+    return sum(per_vector_step(rows // accel_check.NUM_ENVS))
+
+
+def smoke_sets(extra=()) -> list[str]:
+    """The ``--set`` assignments of the smoke run, after the call's ``--set``: the smoke
+    profile's (``params.SMOKE``), seed 0 alone, then ``extra`` (``--smoke-set``)."""
+    from dreamer_parity import params as paramslib
+    return [*(f"{k}={json.dumps(v) if v is not None else 'null'}"
+              for k, v in paramslib.SMOKE.items() if k != "seeds"), "seeds=[0]", *extra]
+
+
+def _seed_sets(params: dict, seeds: list[int]) -> list[str]:
+    """The ``--set`` assignments that make the candidate run ``seeds`` itself: the candidate's
+    own seed list where the params name one, else the round's (docs/CANDIDATE.md)."""
+    key = "candidate.seeds" if params["candidate"].get("seeds") is not None else "seeds"
+    return ["candidate.source=run", f"{key}=[{', '.join(str(s) for s in seeds)}]"]
+
+
+_PROBE = """
+import json, sys
+import jax
+from dreamer_parity import provenance
+devs = jax.devices()
+stats = None
+try:
+    stats = devs[0].memory_stats()
+except Exception:
+    stats = None
+print(json.dumps({"python": sys.version.split()[0], "backend": provenance.backend(),
+                  "devices": [d.device_kind for d in devs],
+                  "memory_limit_bytes": (stats or {}).get("bytes_limit"),
+                  "packages": provenance.package_versions(), "gpu": provenance.gpu()}))
+"""
+
+
+class Call:
+    """The phases of one call (module docstring); ``res`` is what ``gpu_call.json`` holds."""
+
+    def __init__(self, a, t0: float):
+        self.a, self.t0 = a, t0
+        self.out, self.runs = Path(a.out), Path(a.runs)
+        self.res = {"date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "deadline_s": a.deadline_s, "precision": a.precision,
+                    "platform": a.platform, "versions": a.versions, "phases": []}
+
+    def left(self) -> float:
+        return self.a.deadline_s - (time.perf_counter() - self.t0)
+
+    def write(self) -> None:
+        self.res["elapsed_s"] = round(time.perf_counter() - self.t0, 1)
+        records.write_json(self.out / JSON_NAME, self.res)
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO / "src")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["JAX_PLATFORMS"] = self.a.platform
+        env["JAX_DEFAULT_MATMUL_PRECISION"] = self.a.precision
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.a.versions != "none":
+            env[provenance.ALLOW_VERSIONS_ENV] = self.a.versions
+        return env
+
+    def child(self, name: str, cmd: list[str], timeout: float) -> dict:
+        """Run one phase's child; record its status, seconds and last lines."""
+        t = time.perf_counter()
+        print(f"gpu_call: {name} ...", file=sys.stderr, flush=True)
+        try:
+            r = subprocess.run(cmd, cwd=REPO, env=self.env(), capture_output=True, text=True,
+                               timeout=max(1.0, timeout))
+            rc, text = r.returncode, (r.stdout, r.stderr)
+        except subprocess.TimeoutExpired as e:
+            rc, text = None, (e.stdout or "", e.stderr or "")
+            text = tuple(x.decode() if isinstance(x, bytes) else x for x in text)
+        ph = {"name": name, "rc": rc, "seconds": round(time.perf_counter() - t, 1),
+              "tail": "\n".join((text[0] + text[1]).strip().splitlines()[-8:])}
+        self.res["phases"].append(ph)
+        self.write()
+        ph["_stdout"] = text[0]
+        return ph
+
+    def run_cmd(self, params_sets: list[str], out: Path, deadline_s: float | None) -> list[str]:
+        cmd = [sys.executable, "-m", "dreamer_parity.candidate.runtime.run", "--params",
+               self.a.params, "--out", str(out), "--work-dir", str(self.runs / "work")]
+        for s in [*self.a.set, *params_sets]:
+            cmd += ["--set", s]
+        if deadline_s is not None:
+            cmd += ["--deadline-s", f"{deadline_s:.0f}", "--checkpoint", "deadline"]
+        return cmd
+
+    def pack(self, root: Path, dest: Path, name: str) -> dict:
+        ph = self.child(name, [sys.executable, "-m", "dreamer_parity.archive", "pack",
+                               str(root), str(dest)], self.left())
+        if ph["rc"] == 0 and dest.exists():
+            ph["archive_bytes"] = dest.stat().st_size
+            if ph["archive_bytes"] > ARCHIVE_MAX_BYTES:
+                ph["rc"], ph["reason"] = 1, f"{dest.name} is over 16 MiB"
+        return ph
+
+    def run(self) -> int:
+        a = self.a
+        # probe
+        ph = self.child("probe", [sys.executable, "-c", _PROBE], min(self.left(), 300))
+        if ph["rc"] != 0:
+            return self.fail("probe")
+        probe = json.loads(ph.pop("_stdout").strip().splitlines()[-1])
+        self.res["probe"] = probe
+        g = probe["gpu"]
+        print(f"gpu_call: python {probe['python']}, jax {probe['packages'].get('jax')}, "
+              f"jaxlib {probe['packages'].get('jaxlib')}, backend "
+              f"{(probe['backend'] or {}).get('platform')} {probe['devices']}, memory limit "
+              f"{probe['memory_limit_bytes']}; GPUs {g['gpus']}", file=sys.stderr, flush=True)
+        self.write()
+        # smoke: one tiny seed, run and packed
+        from dreamer_parity import params as paramslib
+        smoke_out = self.runs / "smoke"
+        ph = self.child("smoke", self.run_cmd(smoke_sets(a.smoke_set), smoke_out, None),
+                        min(self.left(), a.smoke_timeout_s))
+        ph.pop("_stdout", None)
+        if ph["rc"] != 0:
+            return self.fail("smoke")
+        with tempfile.TemporaryDirectory(prefix="gpu-call-smoke-") as tmp:
+            ph = self.pack(smoke_out, Path(tmp) / "smoke.tar.gz", "smoke-pack")
+            ph.pop("_stdout", None)
+        if ph["rc"] != 0:
+            return self.fail("smoke-pack")
+        # measure: the run's chunk program at --measure-seeds seeds
+        params = paramslib.load(REPO / a.params if not Path(a.params).is_absolute()
+                                else a.params, a.set)
+        m_out = self.runs / "measure"
+        cmd = [sys.executable, str(REPO / "benchmarks" / "accel_check.py"), "--out", str(m_out),
+               "--platform", a.platform, "--profile", params["profile"], "--parts", "loop",
+               "--seeds", str(a.measure_seeds), "--max-seeds", str(a.measure_seeds),
+               "--compare-updates", "0", "--precision", a.precision, "--versions", a.versions,
+               "--budget-s", f"{max(1.0, min(self.left() - PACK_RESERVE_S, a.measure_budget_s)):.0f}",
+               "--wheels", a.wheels, *a.measure_args]
+        ph = self.child("measure", cmd, self.left())
+        ph.pop("_stdout", None)
+        try:
+            loop = json.loads((m_out / accel_check.JSON_NAME).read_text())["summary"]["loop"][
+                str(a.measure_seeds)]
+        except (OSError, ValueError, KeyError):
+            return self.fail("measure", "no loop figure in the measurement")
+        ph["loop"] = loop
+        # batch
+        plan = plan_batch(self.left() - PACK_RESERVE_S, updates_per_seed(params["rows"]),
+                          a.measure_seeds, loop["seed_updates_per_s"], loop["compile_s"],
+                          a.max_seeds)
+        seeds = list(range(a.first_seed, a.first_seed + plan["seeds"]))
+        self.res["plan"] = {**plan, "seed_list": seeds,
+                            "updates_per_seed": updates_per_seed(params["rows"])}
+        self.write()
+        if not seeds:
+            self.res["batch"] = "skipped: no seed fits before the deadline"
+            self.write()
+            return 0
+        batch_out = self.runs / "batch"
+        ph = self.child("batch", self.run_cmd(_seed_sets(params, seeds), batch_out,
+                                              self.left() - PACK_RESERVE_S), self.left())
+        ph.pop("_stdout", None)
+        if ph["rc"] not in (0, 3):   # 3: stopped at the deadline, checkpointed
+            return self.fail("batch")
+        done, cut = finished_seeds(batch_out)
+        self.res["finished"], self.res["cut"] = done, cut
+        if not done:
+            self.write()
+            return 0
+        dest = self.out / f"candidate-s{done[0]}-s{done[-1]}.tar.gz"
+        ph = self.pack(batch_out, dest, "pack")
+        ph.pop("_stdout", None)
+        if ph["rc"] != 0:
+            return self.fail("pack")
+        self.write()
+        return 0
+
+    def fail(self, name: str, why: str | None = None) -> int:
+        self.res["failed"] = f"{name}: {why}" if why else name
+        self.write()
+        print(f"gpu_call: {name} failed{': ' + why if why else ''}", file=sys.stderr)
+        return 1
+
+
+def finished_seeds(root: Path) -> tuple[list[int], list[str]]:
+    """The seeds of ``root`` that finished (``archive.finished_runs``) and what was cut."""
+    from dreamer_parity import archive
+    done, left = archive.finished_runs(root, "candidate")
+    return sorted(int(d.name[1:]) for d in done), list(left)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="See the module docstring (docs/CANDIDATE.md#gpu).")
+    ap.add_argument("--out", required=True, help="directory for gpu_call.json and the archive")
+    ap.add_argument("--runs", default=None, help="directory for the runs, their checkpoints, "
+                    "the smoke and the measurement, not inside --out (default: "
+                    "${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/gpu-call)")
+    ap.add_argument("--deadline-s", type=float, required=True,
+                    help="seconds from the start by which the archive is written")
+    ap.add_argument("--first-seed", type=int, default=50, help="the batch's first seed")
+    ap.add_argument("--max-seeds", type=int, default=32, help="the largest batch")
+    ap.add_argument("--measure-seeds", type=int, default=8,
+                    help="seeds of the measured chunk program")
+    ap.add_argument("--measure-budget-s", type=float, default=240.0)
+    ap.add_argument("--measure-args", nargs=argparse.REMAINDER, default=[],
+                    help="further accel_check.py options of the measurement (last)")
+    ap.add_argument("--smoke-timeout-s", type=float, default=300.0)
+    ap.add_argument("--smoke-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a parameter of the smoke run, after the smoke profile's "
+                         "(params.SMOKE) and --set")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a parameter of --params for every run (as the runner's --set)")
+    ap.add_argument("--platform", default="cuda", help="JAX_PLATFORMS of every phase")
+    ap.add_argument("--precision", default="highest", choices=("default", "high", "highest"))
+    ap.add_argument("--versions", default="gpu-h200",
+                    help="the version set allowed besides requirements.lock ('none': the lock)")
+    ap.add_argument("--wheels", default=None, help="wheel directory (default: --versions' "
+                    "accel_check.WHEEL_SETS entry: .gpu-wheels for gpu-h200)")
+    return ap
+
+
+def main(argv=None) -> int:
+    """Command line; returns the exit status (module docstring)."""
+    t0 = time.perf_counter()
+    ap = _parser()
+    a = ap.parse_args(argv)
+    # everything checked before anything is written or run
+    if not 0 < a.deadline_s < 1e6:
+        ap.error(f"--deadline-s {a.deadline_s}: must be a positive number of seconds")
+    for name in ("first_seed", "max_seeds", "measure_seeds"):
+        v = getattr(a, name)
+        if v < (0 if name == "first_seed" else 1):
+            ap.error(f"--{name.replace('_', '-')} {v}: must be "
+                     f"{'>= 0' if name == 'first_seed' else 'positive'}")
+    if a.versions != "none" and a.versions not in provenance.VERSION_SETS:
+        ap.error(f"--versions {a.versions!r} is not in provenance.VERSION_SETS nor 'none'")
+    a.wheels = a.wheels or accel_check.WHEEL_SETS.get(a.versions, accel_check.WHEEL_SETS["none"])["dir"]
+    from dreamer_parity import params as paramslib
+    try:
+        path = REPO / a.params if not Path(a.params).is_absolute() else a.params
+        paramslib.load(path, a.set)
+        paramslib.load(path, [*a.set, *smoke_sets(a.smoke_set)])
+    except FileNotFoundError as e:
+        ap.error(f"--params: file not found: {e.filename}")
+    except paramslib.ParamsError as e:
+        ap.error(str(e))
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        ap.error(f"--out {a.out}: not a directory")
+    if a.runs is None:
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        a.runs = str(base / "dreamer-parity" / "gpu-call")
+    runs = Path(a.runs).resolve()
+    if runs == out.resolve() or out.resolve() in runs.parents:
+        ap.error(f"--runs {a.runs} must not lie inside --out {a.out} (only the archive goes back)")
+    out.mkdir(parents=True, exist_ok=True)
+    call = Call(a, t0)
+    with tempfile.TemporaryDirectory(prefix="gpu-call-") as tmp:
+        wheel_dir = REPO / a.wheels if not Path(a.wheels).is_absolute() else Path(a.wheels)
+        try:
+            call.res["wheels"] = accel_check.install_wheels(wheel_dir, Path(tmp) / "site")
+        except (RuntimeError, ValueError) as e:
+            return _refuse(call, f"wheels: {e}")
+        import importlib.util
+        missing = [m for m in accel_check.NEEDED_MODULES if importlib.util.find_spec(m) is None]
+        if missing:
+            make = accel_check.WHEEL_SETS.get(a.versions, accel_check.WHEEL_SETS["none"])["make"]
+            return _refuse(call, f"not installed: {', '.join(missing)} (no wheel in {a.wheels}/:"
+                                 f" run `make {make}` and copy {a.wheels}/ with the tree)")
+        call.write()
+        code = call.run()
+    print(f"gpu_call: wrote {out / JSON_NAME}", file=sys.stderr)
+    return code
+
+
+def _refuse(call: Call, why: str) -> int:
+    call.res["error"] = why
+    call.write()
+    print(f"gpu_call: error: {why}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

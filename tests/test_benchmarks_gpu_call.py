@@ -1,0 +1,132 @@
+"""The GPU call (benchmarks/gpu_call.py) run end to end on the CPU backend.
+
+Every phase but the GPU itself runs here: the wheel install (a stand-in wheel), the probe, the
+smoke seed and its archive, the measurement (accel_check's loop at the smoke profile), the
+batch sized from it, run at precision highest, and the archive of its finished seeds, which
+``keep``'s reader accepts.  The GPU's own figures (``provenance.gpu``) are checked with a
+stand-in ``nvidia-smi``.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dreamer_parity import params as paramslib, provenance
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "gpu_call.py"
+_SPEC = importlib.util.spec_from_file_location("gpu_call", SCRIPT)
+gpu_call = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gpu_call)
+
+SMOKE_SETS = [f"--set={k}={json.dumps(v) if v is not None else 'null'}"
+              for k, v in paramslib.SMOKE.items()]
+# 1,056 rows: the gate's row 1,040, then one vector step of 8 updates (9 in all)
+SHORT = ["rows=1056", "eval_every=528", "stats.s1_rows=[528,1056]",
+         "stats.concordance_rows=[1056]", "stats.concordance_range=[528,1056]"]
+
+
+def _wheel(d: Path, name: str, version: str) -> Path:
+    mod = name.replace("-", "_")
+    path = d / f"{mod}-{version}-py3-none-any.whl"
+    info = f"{mod}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{mod}_probe.py", "VALUE = 7\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_plan_batch_fits_the_deadline_and_bounds_wider_batches():
+    # 8 seeds measured at 40 seed-updates/s: 0.2 s per batched update; 100 updates a seed
+    p = gpu_call.plan_batch(left_s=100.0, updates_per_seed=100, measured_seeds=8,
+                            seed_updates_per_s=40.0, compile_s=20.0, max_seeds=32)
+    # up to 8 seeds: 20 + 30 + 100 * 0.2 = 70 s; n seeds above: 50 + 20 * n / 8 <= 100 -> 20
+    assert p == {"seeds": 20, "estimate_s": pytest.approx(100.0), "update_s_measured": 0.2}
+    assert gpu_call.plan_batch(100.0, 100, 8, 40.0, 20.0, 4)["seeds"] == 4
+    assert gpu_call.plan_batch(60.0, 100, 8, 40.0, 20.0, 32) == {
+        "seeds": 0, "estimate_s": None, "update_s_measured": 0.2}
+    with pytest.raises(ValueError, match="must be positive"):
+        gpu_call.plan_batch(100.0, 100, 8, 0.0, 20.0, 32)
+    # the round's 24,000 rows: 11,481 updates a seed (docs/CANDIDATE.md)
+    assert gpu_call.updates_per_seed(24000) == 11481
+
+
+def test_gpu_provenance_from_nvidia_smi_and_xla_flags(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 580.95.05, 143771'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=4 --xla_gpu_autotune_level=0")
+    monkeypatch.setenv("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+    g = provenance.gpu(str(smi))
+    assert g == {"gpus": [{"name": "NVIDIA H200", "driver": "580.95.05", "memory_mib": 143771}],
+                 "xla_flags": "--xla_gpu_autotune_level=4 --xla_gpu_autotune_level=0",
+                 "autotune_level": 0, "matmul_precision": "highest"}
+    missing = provenance.gpu(str(tmp_path / "none"))
+    assert missing["gpus"] is None and missing["error"] == "nvidia-smi: FileNotFoundError"
+    assert provenance.autotune_level("") is None
+    # collect() adds it on a GPU backend only
+    monkeypatch.setattr(provenance, "backend", lambda: {"platform": "gpu"})
+    assert "gpu" in provenance.collect()
+    monkeypatch.setattr(provenance, "backend", lambda: {"platform": "cpu"})
+    assert "gpu" not in provenance.collect()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--deadline-s", "0"], "--deadline-s 0.0: must be a positive number"),
+    (["--deadline-s", "9", "--max-seeds", "0"], "--max-seeds 0: must be positive"),
+    (["--deadline-s", "9", "--versions", "gpu-x"], "--versions 'gpu-x' is not in"),
+    (["--deadline-s", "9", "--set", "seeds=[1, 1]"], "duplicate seeds"),
+    (["--deadline-s", "9", "--params", "nope.yaml"], "--params: file not found"),
+    (["--deadline-s", "9", "--smoke-set", "rows=1000"], "eval_every"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, msg):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), *args],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "dp-gpu-call-probe", "0.1")
+    env = {k: v for k, v in os.environ.items() if k != provenance.ALLOW_VERSIONS_ENV}
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--runs", str(runs),
+         "--deadline-s", "3000", "--first-seed", "50", "--max-seeds", "1",
+         "--measure-seeds", "1", "--platform", "cpu", "--versions", "none",
+         "--smoke-timeout-s", "1200", "--measure-budget-s", "1500",
+         "--wheels", str(wheels), *SMOKE_SETS, *(f"--set={x}" for x in SHORT),
+         *(f"--smoke-set={x}" for x in SHORT),
+         "--measure-args", "--rows", "1072", "--loop-steps", "1", "--loop-chunks", "1"],
+        capture_output=True, text=True, timeout=3000, cwd=REPO, env=env)
+    res = json.loads((out / "gpu_call.json").read_text())
+    assert r.returncode == 0, (r.stderr[-3000:], res)
+    assert [p["name"] for p in res["phases"]] == [
+        "probe", "smoke", "smoke-pack", "measure", "batch", "pack"]
+    assert [w["action"] for w in res["wheels"]] == ["install"]
+    assert res["probe"]["backend"]["platform"] == "cpu"
+    assert res["probe"]["backend"]["matmul_precision"] == "highest"
+    assert res["phases"][3]["loop"]["seed_updates_per_s"] > 0
+    # one seed: the batch's program is the smoke's (the compilation cache serves it)
+    assert res["plan"]["seed_list"] == [50] and res["finished"] == [50]
+    assert res["plan"]["updates_per_seed"] == 9
+    # only the JSON and the archive come back
+    assert sorted(p.name for p in out.iterdir()) == ["candidate-s50-s50.tar.gz", "gpu_call.json"]
+    with tarfile.open(out / "candidate-s50-s50.tar.gz") as tar:
+        names = tar.getnames()
+        run = json.load(tar.extractfile("candidate/s50/run.json"))
+    assert {n.split("/")[1] for n in names} == {"s50"} and "candidate/s50/DONE.json" in names
+    assert run["seed"] == 50 and run["provenance"]["backend"]["matmul_precision"] == "highest"
+    assert run["provenance"]["xla_flags"] == os.environ.get("XLA_FLAGS", "")
