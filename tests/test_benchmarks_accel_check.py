@@ -4,7 +4,7 @@ The dry runs call the script as the TPU or GPU machine would (a child process pe
 in --out), with ``--platform cpu``: once with the stand-in agent of ``candidate_stub``
 (growing counts, the three comparison precisions, the budget) and once with the real agent at
 the smoke profile, so an API change in the agent, the loop or jax breaks the suite rather
-than the one device call.
+than the one run on the accelerator.
 """
 
 import importlib.util
@@ -268,9 +268,9 @@ def test_the_wheels_are_pinned_by_the_lock():
         "seaborn": "0.13.2", "pyyaml": "6.0.4"}
 
 
-def test_the_tree_a_device_call_sends_stays_under_its_limit():
-    # the device call sends the tracked and untracked, not ignored files plus the carried
-    # wheels (about 1 MiB), 64 MiB at most (docs/CANDIDATE.md#accelerators)
+def test_the_tree_copied_to_an_accelerator_stays_under_its_limit():
+    # the copy holds the tracked and untracked, not ignored files plus the wheel folder
+    # (about 1 MiB), 64 MiB at most (docs/CANDIDATE.md#accelerators)
     sent = accel_check.travelling_bytes()
     if sent is None:
         pytest.skip("not a git checkout")

@@ -1,7 +1,7 @@
-"""The tracked tree stays small enough to travel with every device call.
+"""The tracked tree stays small enough to copy to an accelerator's machine with every run.
 
-A call of the device tool carries the whole working tree, at most 64 MiB, and the
-reference's wheels and checkout need about 21 MiB of that (docs/REFERENCE_RUN.md).  The
+Such a copy holds the whole working tree, at most 64 MiB, and the reference's wheels and
+checkout need about 21 MiB of that (docs/REFERENCE_RUN.md).  The
 files git tracks are therefore held to :data:`LIMIT` (40 MiB), measured as
 ``git ls-files -z | xargs -0 du -cb`` measures them (apparent sizes), with room for
 :data:`ROOM_RUNS` more kept runs of the size the largest kept run has now.
