@@ -33,7 +33,7 @@ beside ``dreamerv3-29eb964.git-objects.json``) is verified by recomputing those 
 named in the verification and in the run's provenance.
 
 **A given interpreter** (``DREAMER_PARITY_REF_INTERPRETER=python3``, for a machine whose
-Python already holds jax, such as the lent TPU machine): no venv is made; that interpreter
+Python already holds jax, such as a TPU v5e machine's image): no venv is made; that interpreter
 (with the caller's ``PYTHONPATH``) runs the reference.  Every package of the lock must be
 importable from it and jax, jaxlib and numpy must equal the lock's pins; other versions that
 differ from the lock are allowed, listed by :func:`interpreter_differences` and recorded
