@@ -342,21 +342,12 @@ def _cases(tmp_path):
         ("benchmarks/fingerprint_candidate.py", ["--points", "0"], "--points 0"),
         ("benchmarks/fingerprint_candidate.py", ["--records", str(tmp_path / "none")],
          "not found"),
-        ("benchmarks/tpu_compile_only.py", ["--out", str(a_dir), "--seeds", "8"],
-         "an existing directory"),
-        ("benchmarks/tpu_compile_only.py", ["--out", str(tmp_path / "c.json"), "--seeds",
-                                            "100000"], "--seeds 100000"),
-        ("benchmarks/tpu_vector_ops.py", ["--out", str(a_dir)], "an existing directory"),
-        ("benchmarks/reference_tpu_opcodes.py", ["--params", "params.yaml", "--seed", "0",
-                                                 "--out", str(tmp_path / "stopped"),
-                                                 "--libtpu", str(tmp_path / "none")],
-         "not found"),
-        ("benchmarks/plot_accel_scaling.py", [str(a_file), "--out", str(a_file)],
+        ("measurements/2026-12-06-tpu-scaling/plot.py", [str(a_file), "--out", str(a_file)],
          "must end in .svg or .png"),
-        ("benchmarks/plot_accel_scaling.py", [str(a_file), "--out", str(tmp_path / "f.svg")],
+        ("measurements/2026-12-06-tpu-scaling/plot.py", [str(a_file), "--out", str(tmp_path / "f.svg")],
          "a_file.txt"),
-        ("benchmarks/twohot_mirror.py", [f"a={a_dir}"], "not a regular file"),
-        ("benchmarks/twohot_mirror.py", [f"a={tmp_path / 'none.npz'}"], "not found"),
+        ("measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py", [f"a={a_dir}"], "not a regular file"),
+        ("measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py", [f"a={tmp_path / 'none.npz'}"], "not found"),
     ]
 
 
@@ -364,7 +355,7 @@ def _main_of(tool: str):
     import importlib
     import importlib.util
 
-    if not tool.startswith("benchmarks/"):
+    if not tool.startswith(("benchmarks/", "measurements/")):
         return importlib.import_module(f"dreamer_parity.{tool}").main
     name = "_entry_" + Path(tool).stem
     if name not in sys.modules:

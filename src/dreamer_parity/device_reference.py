@@ -287,8 +287,10 @@ def main(argv=None) -> int:
         log(f"[device] {run_dir} already holds a finished run: archived as it is")
         code = 0
     else:
+        # the pipeline writes inside its working directory only: it runs in the work folder
         code = _run([sys.executable, "-m", "dreamer_parity.pipeline", "--params", str(pfile),
-                     "reference", "--seed", str(a.seed), "--out", str(run_dir)], env, log)
+                     "reference", "--seed", str(a.seed),
+                     "--out", run_dir.relative_to(work).as_posix()], env, log, cwd=work)
     log(f"[device] run exit {code} ({time.time() - t2:.1f} s)")
     target = archive_run(run_dir, out_dir, a.name) if code == 0 else None
     if target is None:
