@@ -376,6 +376,18 @@ def _inside(path, base) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _arg_path(path, where: str) -> tuple[Path, str]:
+    """A path argument as a Path and as shown in a message (its first 80 characters);
+    RecordError naming ``where`` when it is empty, longer than :data:`MAX_ARG_PATH` or
+    holds a control character."""
+    text = str(path)
+    shown = text[:80] + ("..." if len(text) > 80 else "")
+    if not text or len(text) > MAX_ARG_PATH or any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise RecordError(f"{where} {shown!r}: not a path (empty, over {MAX_ARG_PATH} "
+                          f"characters, or a control character)")
+    return Path(text), shown
+
+
 def check_target(path, where: str, kind: str = "file", inside: bool = True,
                  suffixes: tuple[str, ...] = ()) -> Path:
     """Check a command's output path before anything is computed: the one check of every
@@ -401,12 +413,7 @@ def check_target(path, where: str, kind: str = "file", inside: bool = True,
         ``inside``), another suffix, a directory where a file goes (or a file where a
         directory goes), a parent that is a file.
     """
-    text = str(path)
-    shown = text[:80] + ("..." if len(text) > 80 else "")
-    if not text or len(text) > MAX_ARG_PATH or any(ord(c) < 32 or c == "\x7f" for c in text):
-        raise RecordError(f"{where} {shown!r}: not a path (empty, over {MAX_ARG_PATH} "
-                          f"characters, or a control character)")
-    p = Path(text)
+    p, shown = _arg_path(path, where)
     if inside and not _inside(p, os.getcwd()):
         raise RecordError(f"{where} {shown}: outside the repository; outputs are written "
                           f"inside it (a relative path such as results/...)")
@@ -441,12 +448,7 @@ def check_source(path, where: str, kind: str = "file") -> Path:
     Raises:
       RecordError: one line naming ``where``: not a path, missing, or of the other kind.
     """
-    text = str(path)
-    shown = text[:80] + ("..." if len(text) > 80 else "")
-    if not text or len(text) > MAX_ARG_PATH or any(ord(c) < 32 or c == "\x7f" for c in text):
-        raise RecordError(f"{where} {shown!r}: not a path (empty, over {MAX_ARG_PATH} "
-                          f"characters, or a control character)")
-    p = Path(text)
+    p, shown = _arg_path(path, where)
     if not p.exists():
         raise RecordError(f"{where} {shown}: not found")
     if kind == "dir" and not p.is_dir():
