@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels gpu-wheels tpu-reference
+.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 reference-setup-jax011 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels gpu-wheels tpu-reference
 
 # The venv, then a git tag per kept round of docs/rounds/index.yaml whose commit the clone holds
 # (tags are not cloned with the branch), so that `dvc metrics diff <round> <round>` takes round
@@ -33,18 +33,25 @@ reference-setup: $(STAMP)
 reference-setup-jax010: $(STAMP)
 	$(PY) -m dreamer_parity.reference.setup --jax 0.10.2
 
+# The third, jax 0.11.2 (reference.jax: 0.11.2, the GPU machine's version): refvenv-jax011 from
+# requirements-reference-jax011.lock, made with Python 3.12 (PATH, pyenv or
+# $DREAMER_PARITY_PYTHON312).
+reference-setup-jax011: $(STAMP)
+	$(PY) -m dreamer_parity.reference.setup --jax 0.11.2
+
 # params.yaml validated first, with the one line every entry point prints (exit 2).
 params-check:
 	@$(PY) -m dreamer_parity.params check --file params.yaml >/dev/null
 
 # The reference set-up is needed only when params.yaml runs a reference seed here
 # (reference.source: run; docs/SIDES.md); a published reference side comes with the repository.
-# The environment is the one reference.jax names (0.4.26: reference-setup; 0.10.2: both).
+# The environment is the one reference.jax names (0.4.26: reference-setup; 0.10.2, 0.11.2:
+# that one too).
 setup: venv
 	@if [ "$$($(PY) -m dreamer_parity.sides runs-here reference)" = yes ]; \
 	  then $(MAKE) --no-print-directory reference-setup; \
-	  if [ "$$($(PY) -m dreamer_parity.params show --key reference | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["jax"])')" = 0.10.2 ]; \
-	  then $(MAKE) --no-print-directory reference-setup-jax010; fi; fi
+	  J="$$($(PY) -m dreamer_parity.params show --key reference | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["jax"])')"; \
+	  if [ "$$J" != 0.4.26 ]; then $(PY) -m dreamer_parity.reference.setup --jax "$$J"; fi; fi
 
 # Stage commands call `python` from PATH (dvc.yaml, README.md): .venv/bin goes first.
 DVC := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc
@@ -83,11 +90,12 @@ head: venv
 	$(DVC) pull
 
 # The suite runs without the reference too: tests that need it skip with the set-up command.
-# Both reference environments are set up first (jax 0.4.26 and 0.10.2); one that cannot be
-# made (no network, no python3.11) leaves its tests skipped, each saying why.
+# The reference environments are set up first (jax 0.4.26, 0.10.2, 0.11.2); one that cannot
+# be made (no network, no python3.11 or python3.12) leaves its tests skipped, each saying why.
 test: venv
 	-$(PY) -m dreamer_parity.reference.setup
 	-$(PY) -m dreamer_parity.reference.setup --jax 0.10.2
+	-$(PY) -m dreamer_parity.reference.setup --jax 0.11.2
 	$(PY) -m pytest -q tests
 
 bench: venv reference-setup

@@ -64,34 +64,14 @@ def test_the_lock_holds_the_gpu_version_set_and_the_shipped_wheels():
 
 
 def _python312() -> tuple[str | None, str]:
-    """A working Python 3.12 interpreter, or None and why not: ``$DREAMER_PARITY_PYTHON312``,
-    else ``python3.12`` on PATH, else pyenv's newest installed 3.12 (a pyenv shim on PATH
-    runs only the versions pyenv selects)."""
-    def works(py):
-        try:
-            r = subprocess.run([py, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
-                               capture_output=True, text=True, timeout=60)
-        except OSError:
-            return False
-        return r.stdout.strip() == "True"
-
-    named = os.environ.get("DREAMER_PARITY_PYTHON312")
-    if named:
-        return (named, "") if works(named) else (None, f"$DREAMER_PARITY_PYTHON312 is not a "
-                                                       f"working Python 3.12")
-    on_path = shutil.which("python3.12")
-    if on_path and works(on_path):
-        return on_path, ""
-    if shutil.which("pyenv"):
-        r = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True,
-                           timeout=60)
-        found = sorted((v for v in r.stdout.split() if re.fullmatch(r"3\.12\.\d+", v)),
-                       key=lambda v: int(v.split(".")[2]))
-        if found:
-            r = subprocess.run(["pyenv", "which", "python3.12"], capture_output=True, text=True,
-                               timeout=60, env={**os.environ, "PYENV_VERSION": found[-1]})
-            if r.returncode == 0 and works(r.stdout.strip()):
-                return r.stdout.strip(), ""
+    """A working Python 3.12 interpreter (``reference.setup.find_python``:
+    ``$DREAMER_PARITY_PYTHON312``, ``python3.12`` on PATH, pyenv), or None and why not."""
+    from dreamer_parity.reference.setup import find_python, _python_version
+    py = find_python("3.12")
+    if py and _python_version(py) == "3.12":
+        return py, ""
+    if py:
+        return None, "$DREAMER_PARITY_PYTHON312 is not a working Python 3.12"
     return None, ("no working python3.12 (PATH, pyenv or $DREAMER_PARITY_PYTHON312): the GPU "
                   "machine's versions are not tested here")
 

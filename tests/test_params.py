@@ -70,6 +70,7 @@ def test_missing_keys_take_the_round1_values():
     ("reference.sampler", "per_run", "per_run"),
     ("reference.source", "data/published/round1", "data/published/round1"),
     ("reference.jax", "0.10.2", "0.10.2"),
+    ("reference.jax", "0.11.2", "0.11.2"),
     ("reference.jax", "0.4.26", "0.4.26"),
     ("reference.precision", "highest", "highest"),
     ("reference.precision", "high", "high"),
@@ -97,9 +98,10 @@ def test_reference_environment_platform_and_precision_from_yaml(tmp_path):
 
 def test_tpu_needs_the_jax_0_10_2_environment():
     raw = _set(_defaults_raw(), "reference.platform", "tpu")
-    assert _error(raw) == ("params: reference.platform: tpu needs reference.jax 0.10.2 (the "
-                           "0.4.26 environment holds a CPU jaxlib only)")
+    assert _error(raw) == ("params: reference.platform: tpu needs reference.jax 0.10.2 or "
+                           "0.11.2 (the 0.4.26 environment holds a CPU jaxlib only)")
     assert validate(_set(raw, "reference.jax", "0.10.2"))["reference"]["platform"] == "tpu"
+    assert validate(_set(raw, "reference.jax", "0.11.2"))["reference"]["platform"] == "tpu"
 
 
 # --- one test per error, each checking the one-line message ------------------------------

@@ -207,10 +207,8 @@ def test_the_archive_holds_the_finished_run_and_nothing_else(device_run):
     assert "[device] archived cpu-s0.tar.gz" in log
 
 
-@pytest.mark.slow
-@pytest.mark.reference
-def test_records_follow_the_schedule_and_seed_0_evaluates_as_on_jax_0_4_26(device_run):
-    d = device_run["unpacked"]
+def check_seed_0_records(d: Path) -> None:
+    """Smoke seed 0's records in run directory ``d`` (tests/test_reference_jax011.py too)."""
     done = records.read_done(d)
     assert done["status"] == "ok" and records.done_agrees(d, done, "reference", 0)
     recs = records.read_records(d)
@@ -221,6 +219,12 @@ def test_records_follow_the_schedule_and_seed_0_evaluates_as_on_jax_0_4_26(devic
     assert recs[0]["eval_returns"] == [16.0, 41.0]
     assert isinstance(recs[2]["train"]["opt_grad_norm"], float)
     assert recs[2]["train_counts"]["vector_loss"] == 80
+
+
+@pytest.mark.slow
+@pytest.mark.reference
+def test_records_follow_the_schedule_and_seed_0_evaluates_as_on_jax_0_4_26(device_run):
+    check_seed_0_records(device_run["unpacked"])
 
 
 @pytest.mark.slow

@@ -175,6 +175,55 @@ def test_the_jax010_environment_has_its_own_lock_venv_and_cache(tmp_path):
         rs.venv_dir(tmp_path, "0.5")
 
 
+def test_the_jax011_environment_is_the_gpu_machines_versions_with_python_3_12(tmp_path):
+    """reference.jax 0.11.2: its own lock (the same 25 packages; jax, jaxlib, numpy those of
+    the GPU machine; every package the GPU image's lock pins at its version there), venv,
+    cache and set-up command, and a Python 3.12 venv."""
+    from dreamer_parity import provenance
+    pins = rs.read_lock(rs.lock_file("0.11.2"))
+    assert (pins["jax"], pins["jaxlib"], pins["numpy"], pins["ml-dtypes"]) == (
+        "0.11.2", "0.11.2", "2.5.2", "0.7.0")
+    # what the GPU machine lacks for the reference, at the versions it will be given
+    assert {n: pins[n] for n in ("tensorflow-probability", "dm-tree", "pyzmq", "ruamel-yaml",
+                                 "gast", "colored", "decorator")} == {
+        "tensorflow-probability": "0.24.0", "dm-tree": "0.1.10", "pyzmq": "27.3.0",
+        "ruamel-yaml": "0.19.1", "gast": "0.7.0", "colored": "2.3.2", "decorator": "5.3.2"}
+    assert set(pins) == set(rs.read_lock()) == set(rs.read_lock(rs.lock_file("0.10.2")))
+    gpu = provenance.read_pins(rs._REPO_ROOT / "requirements-gpu-cpu312.lock")
+    assert all(pins[n] == gpu[n] for n in pins if n in gpu)
+    env = rs.ENVIRONMENTS["0.11.2"]
+    vset = provenance.VERSION_SETS[env["version_set"]]
+    assert (env["version_set"], vset["kind"], vset["lock"], vset["selected_by"]) == (
+        "reference-jax011", "environment", rs.lock_file("0.11.2").name, "reference.jax: 0.11.2")
+    assert vset["versions"] == {p: pins[p] for p in provenance.PINNED_PACKAGES} \
+        == provenance.VERSION_SETS["gpu-h200"]["versions"]
+    assert (env["python"], env["hint"], vset["also"]) == (
+        "3.12", "make reference-setup-jax011", {"python": "3.12"})
+    assert rs.venv_dir(tmp_path, "0.11.2") == tmp_path / "refvenv-jax011"
+    assert rs.jaxcache_dir(tmp_path, "0.11.2") == tmp_path / "jaxcache-jax011"
+    assert [rs.ENVIRONMENTS[j]["python"] for j in ("0.4.26", "0.10.2")] == ["3.11", "3.11"]
+    make = (rs._REPO_ROOT / "Makefile").read_text()
+    assert "reference-setup-jax011: $(STAMP)\n\t$(PY) -m dreamer_parity.reference.setup " \
+           "--jax 0.11.2\n" in make
+
+
+def test_find_python_takes_the_named_interpreter_and_refuses_unknown_versions(monkeypatch,
+                                                                              tmp_path):
+    monkeypatch.delenv(rs.INTERPRETER_ENV, raising=False)
+    monkeypatch.setenv("DREAMER_PARITY_PYTHON312", "/nowhere/python3.12")
+    assert rs.find_python("3.12") == "/nowhere/python3.12"      # named: taken as given
+    with pytest.raises(ValueError, match="Python '3.9': expected one of 3.11, 3.12"):
+        rs.find_python("3.9")
+    # no Python of the version anywhere: the set-up names the variable and its command
+    monkeypatch.setattr(rs, "find_python", lambda version: None)
+    with pytest.raises(rs.SetupError) as e:
+        rs.ensure_venv(tmp_path, jax="0.11.2", log=lambda m: None)
+    assert str(e.value) == ("python3.12 not found (the lock of reference.jax 0.11.2 needs "
+                            "Python 3.12; PATH, pyenv); set DREAMER_PARITY_PYTHON312 to a "
+                            "Python 3.12 and rerun `make reference-setup-jax011`")
+    assert not (tmp_path / "refvenv-jax011").exists()
+
+
 def _git_source():
     """A local git directory holding the reference commit, or skip."""
     import os

@@ -1,23 +1,29 @@
-"""The outside shims of the reference on jax 0.10.2 (dreamer_parity.reference.shims), applied
-in a fresh process of the main venv, which holds jax 0.10.2 as that environment does."""
+"""The outside shims of the reference on jax 0.10.2 and 0.11.2 (dreamer_parity.reference.shims),
+applied in a fresh process: of the main venv, which holds jax 0.10.2 as that environment
+does, and of the jax 0.11.2 environment's venv (skipped, naming its set-up command, where it
+is not set up)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from dreamer_parity.reference import shims
 
 REPO = Path(__file__).resolve().parents[1]
 
 _PROBE = r'''
-import json
+import json, sys
 import jax, jax.numpy as jnp
 import jax.interpreters.xla as xla
 from jax._src import core
 from dreamer_parity.reference import shims
 
-out = {"before": {"xla": hasattr(xla, "pytype_aval_mappings"),
+V = sys.argv[1]
+out = {"version": jax.__version__, "before": {"xla": hasattr(xla, "pytype_aval_mappings"),
                   "threefry": shims.threefry_partitionable()}}
 try:
     jax.jit(lambda x: x, None, None)
@@ -26,8 +32,8 @@ except TypeError:
     out["before"]["positional"] = "refused"
 out["none_on_0.4.26"] = shims.apply("0.4.26")
 original = jax.jit
-out["applied"] = shims.apply("0.10.2")
-out["again"] = shims.apply("0.10.2")
+out["applied"] = shims.apply(V)
+out["again"] = shims.apply(V)
 out["wrapped_once"] = jax.jit._dreamer_parity_original is original
 out["xla_is_core"] = xla.pytype_aval_mappings is core.pytype_aval_mappings
 out["threefry"] = shims.threefry_partitionable()
@@ -48,21 +54,36 @@ except TypeError as e:
     out["twice_given"] = str(e)
 jax.__version__ = "0.11.0"
 try:
-    shims.apply("0.10.2")
+    shims.apply(V)
 except ValueError as e:
     out["other_jax"] = str(e)
 print(json.dumps(out))
 '''
 
 
-def test_the_three_shims_on_jax_0_10_2():
-    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
-                       cwd=REPO, timeout=300,
-                       env={**__import__("os").environ, "JAX_PLATFORMS": "cpu",
+def _python(version: str) -> str:
+    """The interpreter holding jax ``version``: this one for 0.10.2, the 0.11.2
+    environment's venv for 0.11.2 (skip, naming its set-up command, where it is absent)."""
+    if version == "0.10.2":
+        return sys.executable
+    from dreamer_parity.reference import setup as rs
+    try:
+        return str(rs.check_setup(check_packages=False, jax=version)["python"])
+    except rs.SetupError as e:
+        pytest.skip(f"the jax {version} reference environment is not set up: run "
+                    f"`{rs.setup_hint(version)}` ({e})")
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.2"])
+def test_the_three_shims_on_jax(version):
+    r = subprocess.run([_python(version), "-c", _PROBE, version], capture_output=True,
+                       text=True, cwd=REPO, timeout=300,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu",
                             "PYTHONPATH": str(REPO / "src")})
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    # what the reference meets on jax 0.10.2 without them
+    assert out["version"] == version
+    # what the reference meets on this jax without them
     assert out["before"] == {"xla": False, "threefry": True, "positional": "refused"}
     assert out["none_on_0.4.26"] == []
     assert out["applied"] == out["again"] == list(shims.SHIMS) == [
@@ -72,12 +93,13 @@ def test_the_three_shims_on_jax_0_10_2():
     assert (out["positional"], out["keywords"], out["decorator"]) == (6.0, 2.0, 6.0)
     assert "at most 2 positional arguments" in out["three_positional"]
     assert out["twice_given"] == "jax.jit: in_shardings given positionally and as a keyword"
-    assert out["other_jax"] == ("reference.jax 0.10.2: its shims are for jax 0.10.2, but jax "
-                                "0.11.0 is installed")
+    assert out["other_jax"] == (f"reference.jax {version}: its shims are for jax {version}, "
+                                f"but jax 0.11.0 is installed")
 
 
 def test_every_shim_names_its_reason_and_the_reference_lines_it_serves():
-    assert shims.FOR_JAX == {"0.4.26": (), "0.10.2": tuple(shims.SHIMS)}
+    assert shims.FOR_JAX == {"0.4.26": (), "0.10.2": tuple(shims.SHIMS),
+                             "0.11.2": tuple(shims.SHIMS)}
     checkout_files = {"dreamerv3/jaxutils.py", "dreamerv3/nets.py", "dreamerv3/jaxagent.py",
                       "dreamerv3/ninjax.py"}
     for name, s in shims.SHIMS.items():

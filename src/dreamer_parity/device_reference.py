@@ -271,7 +271,8 @@ def main(argv=None) -> int:
     if a.root:
         env["DREAMER_PARITY_REF_ROOT"] = a.root
     t1 = time.time()
-    code = _run([sys.executable, "-m", "dreamer_parity.reference.setup", "--jax", JAX], env, log)
+    code = _run([sys.executable, "-m", "dreamer_parity.reference.setup", "--jax",
+                 p["reference"]["jax"]], env, log)
     log(f"[device] set-up exit {code} ({time.time() - t1:.1f} s)")
     if code != 0:
         return 2

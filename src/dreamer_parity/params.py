@@ -66,8 +66,10 @@ DECODES = ("exact", "ref")
 SAMPLERS = ("stock", "per_run")
 #: The jax version of the reference's environment (``reference.jax``): ``0.4.26`` (its own
 #: venv from requirements-reference.lock, the default) | ``0.10.2`` (the venv from
-#: requirements-reference-jax010.lock, with the outside shims of ``reference/shims.py``).
-REFERENCE_JAX = ("0.4.26", "0.10.2")
+#: requirements-reference-jax010.lock, with the outside shims of ``reference/shims.py``) |
+#: ``0.11.2`` (the GPU machine's version: requirements-reference-jax011.lock, Python 3.12,
+#: the same shims).
+REFERENCE_JAX = ("0.4.26", "0.10.2", "0.11.2")
 #: Where a side's jax programs run (``<side>.platform``): the value of ``JAX_PLATFORMS``'s
 #: first entry, set before jax is imported, and checked against ``jax.default_backend()``.
 PLATFORMS = ("cpu", "tpu")
@@ -175,10 +177,11 @@ SCHEMA: dict[str, Field] = {
                                "replay uniform selector: stock seed 0 | [seed, 0x5EED]"),
     "reference.jax": Field("str", "0.4.26", REFERENCE_JAX,
                            "the reference's environment: jax 0.4.26 (its own lock) | jax "
-                           "0.10.2 (requirements-reference-jax010.lock, outside shims)"),
+                           "0.10.2 (requirements-reference-jax010.lock, outside shims) | jax "
+                           "0.11.2 (requirements-reference-jax011.lock, the same shims)"),
     "reference.platform": Field("str", "cpu", PLATFORMS,
                                 "where the reference's programs run (JAX_PLATFORMS); tpu needs "
-                                "reference.jax 0.10.2"),
+                                "reference.jax 0.10.2 or 0.11.2"),
     "reference.precision": Field("str", "default", PRECISIONS,
                                  "the reference's jax_default_matmul_precision (default: not set)"),
     "reference.source": Field("source", "run",
@@ -677,8 +680,8 @@ def _check_environment_and_round(typed: dict) -> None:
     """The reference's platform against its jax, and the round's name."""
     if typed["reference.platform"] != "cpu" and typed["reference.jax"] == "0.4.26":
         raise ParamsError("reference.platform", f"{typed['reference.platform']} needs "
-                                                f"reference.jax 0.10.2 (the 0.4.26 environment "
-                                                f"holds a CPU jaxlib only)")
+                                                f"reference.jax 0.10.2 or 0.11.2 (the 0.4.26 "
+                                                f"environment holds a CPU jaxlib only)")
     if not ROUND_PATTERN.fullmatch(typed["round"]):
         raise ParamsError("round", f"{quote(typed['round'])} is not a plain name: 1 to 64 "
                                    f"letters, digits, '-' or '_' (its pre-registration is "

@@ -71,6 +71,15 @@ VERSION_SETS = {
         "versions": {"jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.4.6"},
         "also": {},
     },
+    "reference-jax011": {
+        "kind": "environment",
+        "lock": "requirements-reference-jax011.lock",
+        "selected_by": "reference.jax: 0.11.2",
+        "about": "the reference on jax 0.11.2, the GPU machine's (CPU here, or that machine's "
+                 "preinstalled jax), with the shims of 0.10.2 (docs/REFERENCE_RUN.md)",
+        "versions": {"jax": "0.11.2", "jaxlib": "0.11.2", "numpy": "2.5.2"},
+        "also": {"python": "3.12"},
+    },
 }
 
 #: Distributions whose installed versions :func:`collect` records (None where absent): what

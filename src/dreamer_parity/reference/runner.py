@@ -1,6 +1,6 @@
 """Run the unmodified reference (danijar/dreamerv3 at 29eb964) on CartPole for one seed.
 
-Runs inside the reference venv (jax 0.4.26, or 0.10.2 with ``reference.jax: 0.10.2``;
+Runs inside the reference venv (jax 0.4.26, or 0.10.2 or 0.11.2 as ``reference.jax`` names;
 no PyYAML), with the checkout and this repository's ``src`` on ``PYTHONPATH`` (see
 :mod:`dreamer_parity.reference.launch`, which is the normal entry point).  Command line::
 

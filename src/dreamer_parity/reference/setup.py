@@ -2,7 +2,7 @@
 
 Command line (main venv; idempotent; safe to run from several clones at once)::
 
-    python -m dreamer_parity.reference.setup [--jax 0.4.26|0.10.2] [--source URL_OR_DIR]
+    python -m dreamer_parity.reference.setup [--jax 0.4.26|0.10.2|0.11.2] [--source URL_OR_DIR]
         [--root DIR] [--check]
     python -m dreamer_parity.reference.setup --export DIR [--source DIR]
 
@@ -14,6 +14,11 @@ environment variable ``DREAMER_PARITY_REF_ROOT``)::
     <root>/jaxcache/            its JAX persistent compilation cache
     <root>/refvenv-jax010/      venv from requirements-reference-jax010.lock (reference.jax
     <root>/jaxcache-jax010/     0.10.2, :data:`ENVIRONMENTS`) and its compilation cache
+    <root>/refvenv-jax011/      the same for reference.jax 0.11.2 (the GPU machine's jax;
+    <root>/jaxcache-jax011/     requirements-reference-jax011.lock, made with Python 3.12)
+
+A venv is made with the Python its environment names (:data:`ENVIRONMENTS` ``python``), found
+by :func:`find_python`.
 
 The source (``--source``, else ``DREAMER_PARITY_REF_SOURCE``, else the public GitHub URL)
 is any git URL or local git directory (bare or not) that holds the commit, or an export
@@ -53,6 +58,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +73,7 @@ __all__ = [
     "checkout_dir", "venv_dir", "venv_python", "jaxcache_dir", "lock_file",
     "check_checkout", "ensure_checkout", "read_lock", "venv_mismatches", "ensure_venv",
     "check_setup", "setup", "SETUP_HINT", "ENVIRONMENTS", "DEFAULT_JAX", "environment",
+    "find_python", "PYTHON_ENV",
     "INTERPRETER_ENV", "given_interpreter", "interpreter_differences", "EXPORT_NAME",
     "EXPORT_OMIT", "export", "verify_export_tree", "objects_file", "checkout_state",
     "setup_hint", "installed_here", "lock_differences",
@@ -79,14 +86,20 @@ _REPO_ROOT = Path(__file__).resolve().parents[3]
 
 #: The reference's environments by ``reference.jax`` (:data:`dreamer_parity.params.REFERENCE_JAX`):
 #: venv and compilation-cache directory names under the root, the lock, the version set
-#: whose own lock it is (:data:`dreamer_parity.provenance.VERSION_SETS`), the set-up command.
+#: whose own lock it is (:data:`dreamer_parity.provenance.VERSION_SETS`), the set-up command,
+#: the Python version its venv is made with.
 ENVIRONMENTS = {
     "0.4.26": {"venv": "refvenv", "jaxcache": "jaxcache", "lock": "requirements-reference.lock",
-               "version_set": None, "hint": "make reference-setup"},
+               "version_set": None, "hint": "make reference-setup", "python": "3.11"},
     "0.10.2": {"venv": "refvenv-jax010", "jaxcache": "jaxcache-jax010",
                "lock": "requirements-reference-jax010.lock", "version_set": "reference-jax010",
-               "hint": "make reference-setup-jax010"},
+               "hint": "make reference-setup-jax010", "python": "3.11"},
+    "0.11.2": {"venv": "refvenv-jax011", "jaxcache": "jaxcache-jax011",
+               "lock": "requirements-reference-jax011.lock", "version_set": "reference-jax011",
+               "hint": "make reference-setup-jax011", "python": "3.12"},
 }
+#: The variable that names the base interpreter of each Python version (:func:`find_python`).
+PYTHON_ENV = {"3.11": "DREAMER_PARITY_REF_PYTHON", "3.12": "DREAMER_PARITY_PYTHON312"}
 DEFAULT_JAX = "0.4.26"
 #: An interpreter that runs the reference instead of a venv made here (module doc).
 INTERPRETER_ENV = "DREAMER_PARITY_REF_INTERPRETER"
@@ -159,7 +172,7 @@ def given_interpreter() -> str | None:
 
 
 def venv_dir(root, jax: str = DEFAULT_JAX) -> Path:
-    """``<root>/refvenv`` (``<root>/refvenv-jax010`` for jax 0.10.2)."""
+    """``<root>/refvenv`` (``refvenv-jax010`` for jax 0.10.2, ``refvenv-jax011`` for 0.11.2)."""
     return Path(root) / environment(jax)["venv"]
 
 
@@ -173,14 +186,14 @@ def venv_python(root, jax: str = DEFAULT_JAX) -> Path:
 
 
 def jaxcache_dir(root, jax: str = DEFAULT_JAX) -> Path:
-    """``<root>/jaxcache`` (``jaxcache-jax010``): the reference processes' persistent
-    compilation cache."""
+    """``<root>/jaxcache`` (``jaxcache-jax010``, ``jaxcache-jax011``): the reference
+    processes' persistent compilation cache."""
     return Path(root) / environment(jax)["jaxcache"]
 
 
 def lock_file(jax: str = DEFAULT_JAX) -> Path:
-    """This repository's lock of environment ``jax``: ``requirements-reference.lock`` or
-    ``requirements-reference-jax010.lock``."""
+    """This repository's lock of environment ``jax``: ``requirements-reference.lock``,
+    ``requirements-reference-jax010.lock`` or ``requirements-reference-jax011.lock``."""
     return _REPO_ROOT / environment(jax)["lock"]
 
 
@@ -651,22 +664,69 @@ def interpreter_differences(python, lock) -> dict:
     return out
 
 
-def _base_python() -> str:
-    env = os.environ.get("DREAMER_PARITY_REF_PYTHON")
-    if env:
-        return env
-    found = shutil.which("python3.11")
+def _python_version(py: str) -> str | None:
+    """``"3.12"`` of a working interpreter ``py``, None where it does not run (a pyenv shim
+    of a version pyenv has not selected exits non-zero)."""
+    try:
+        r = subprocess.run([py, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def find_python(version: str = "3.11") -> str | None:
+    """A working interpreter of Python ``version`` (``"3.11"``, ``"3.12"``): the one
+    :data:`PYTHON_ENV` names (taken as given, even when it does not run), else
+    ``python<version>`` on ``PATH`` when it runs, else pyenv's newest installed
+    ``<version>.x`` (a pyenv shim on ``PATH`` runs only the versions pyenv selects), else
+    this interpreter when it is that version; None when there is none.
+
+    Raises:
+      ValueError: a version :data:`PYTHON_ENV` does not know.
+    """
+    if version not in PYTHON_ENV:
+        raise ValueError(f"Python {version!r}: expected one of {', '.join(PYTHON_ENV)}")
+    named = os.environ.get(PYTHON_ENV[version])
+    if named:
+        return named
+    on_path = shutil.which(f"python{version}")
+    if on_path and _python_version(on_path) == version:
+        return on_path
+    if shutil.which("pyenv"):
+        try:
+            r = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True,
+                               timeout=60, check=False)
+            found = sorted((v for v in r.stdout.split()
+                            if re.fullmatch(re.escape(version) + r"\.\d+", v)),
+                           key=lambda v: int(v.rsplit(".", 1)[1]))
+            if found:
+                r = subprocess.run(["pyenv", "which", f"python{version}"], capture_output=True,
+                                   text=True, timeout=60, check=False,
+                                   env={**os.environ, "PYENV_VERSION": found[-1]})
+                if r.returncode == 0 and _python_version(r.stdout.strip()) == version:
+                    return r.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if "%d.%d" % sys.version_info[:2] == version:
+        return sys.executable
+    return None
+
+
+def _base_python(jax: str = DEFAULT_JAX) -> str:
+    version = environment(jax)["python"]
+    found = find_python(version)
     if found:
         return found
-    if sys.version_info[:2] == (3, 11):
-        return sys.executable
-    raise SetupError("python3.11 not found (the reference lock needs Python 3.11); set "
-                     f"DREAMER_PARITY_REF_PYTHON to a Python 3.11 and rerun `{SETUP_HINT}`")
+    raise SetupError(f"python{version} not found (the lock of reference.jax {jax} needs Python "
+                     f"{version}; PATH, pyenv); set {PYTHON_ENV[version]} to a Python {version} "
+                     f"and rerun `{setup_hint(jax)}`")
 
 
 def ensure_venv(root, lock=None, log=print, jax: str = DEFAULT_JAX) -> bool:
-    """Make the venv of environment ``jax`` (``<root>/refvenv``, ``<root>/refvenv-jax010``)
-    from its lock file unless it already matches it.  With a given interpreter
+    """Make the venv of environment ``jax`` (``<root>/refvenv``, ``refvenv-jax010``,
+    ``refvenv-jax011``) with its Python (:func:`find_python`) from its lock file unless it
+    already matches it.  With a given interpreter
     (:data:`INTERPRETER_ENV`) nothing is made: that interpreter is checked
     (:func:`interpreter_differences`).
 
@@ -674,7 +734,8 @@ def ensure_venv(root, lock=None, log=print, jax: str = DEFAULT_JAX) -> bool:
       True when packages were installed, False when the venv already matched.
 
     Raises:
-      SetupError: pip cannot install the lock (e.g. no access to the package index), or
+      SetupError: no interpreter of the environment's Python version; pip cannot install
+        the lock (e.g. no access to the package index), or
         the venv still differs from the lock afterwards (extra packages are not removed:
         delete the venv and rerun); a given interpreter lacks a package of the lock or has
         other jax, jaxlib or numpy versions.
@@ -704,7 +765,7 @@ def ensure_venv(root, lock=None, log=print, jax: str = DEFAULT_JAX) -> bool:
                 f"remove {vdir} and rerun `{hint}`")
     else:
         log(f"creating the reference venv {vdir.name} from {lock.name} ...")
-        r = subprocess.run([_base_python(), "-m", "venv", str(vdir)], capture_output=True,
+        r = subprocess.run([_base_python(jax), "-m", "venv", str(vdir)], capture_output=True,
                            text=True, check=False)
         if r.returncode != 0:
             raise SetupError(f"cannot create {vdir}: {r.stderr.strip()[-300:]}")
@@ -798,7 +859,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jax", default=DEFAULT_JAX, choices=tuple(ENVIRONMENTS),
                     help="the environment (reference.jax): 0.4.26 (requirements-reference.lock,"
-                         " the default) or 0.10.2 (requirements-reference-jax010.lock)")
+                         " the default), 0.10.2 (requirements-reference-jax010.lock) or 0.11.2 "
+                         "(requirements-reference-jax011.lock, Python 3.12)")
     ap.add_argument("--source", default=None,
                     help="git URL or local git directory holding the reference commit, or an "
                          "export (default: $DREAMER_PARITY_REF_SOURCE or the GitHub URL)")

@@ -1,10 +1,14 @@
-"""The outside shims that let the unmodified reference run on jax 0.10.2.
+"""The outside shims that let the unmodified reference run on jax 0.10.2 and 0.11.2.
 
 Reference venv only (this module imports jax when a shim is applied).  The reference at
 29eb964 was written for jax 0.4.26; on jax 0.10.2 (``reference.jax: 0.10.2``, the
 environment of ``requirements-reference-jax010.lock``) three things stand in its way, and
 each is bridged from outside the checkout, in the runner's process, before the reference
-or tensorflow-probability is imported.  Nothing is applied on jax 0.4.26.
+or tensorflow-probability is imported.  Nothing is applied on jax 0.4.26.  jax 0.11.2
+(``reference.jax: 0.11.2``, ``requirements-reference-jax011.lock``, the GPU machine's
+version) stands in the same three ways and takes the same three shims: the name is still
+absent, ``jax.jit`` still takes one positional argument, the default is still True
+(``tests/test_reference_shims.py`` checks each on both).
 
 ``xla_pytype_aval_mappings``
     tensorflow-probability 0.24.0 (and 0.25.0) writes
@@ -59,7 +63,7 @@ SHIMS = {
 }
 
 #: The shims each ``reference.jax`` environment applies.
-FOR_JAX = {"0.4.26": (), "0.10.2": tuple(SHIMS)}
+FOR_JAX = {"0.4.26": (), "0.10.2": tuple(SHIMS), "0.11.2": tuple(SHIMS)}
 
 #: jax 0.4.26's positional parameters of ``jax.jit`` after the function, as far as the
 #: reference passes them positionally.
@@ -122,7 +126,7 @@ def apply(jax_version: str) -> list[str]:
 
     Raises:
       ValueError: an unknown environment, or one whose shims do not fit the installed jax
-        (``0.10.2``'s shims on another jax).
+        (``0.10.2``'s shims on another jax, ``0.11.2``'s likewise).
     """
     if jax_version not in FOR_JAX:
         raise ValueError(f"reference.jax: unknown value {jax_version!r}; expected one of "
