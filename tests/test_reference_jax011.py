@@ -71,7 +71,7 @@ def test_seed_0_evaluates_as_on_jax_0_4_26_and_records_the_environment(device_ru
     assert env["shims"] == list(shims.SHIMS) and env["threefry_partitionable"] is False
     assert [env[k] for k in ("platform", "precision", "backend", "device_kind",
                              "matmul_precision")] == ["cpu", "highest", "cpu", "cpu", "highest"]
-    assert len(env) == 13
+    assert len(env) == 12
     prov = run["provenance"]
     assert prov["versions"] == {"jax": JAX, "jaxlib": JAX, "numpy": "2.5.2"}
     assert (prov["versions_checked"], prov["versions_override"], prov["version_set"]) == (
