@@ -99,9 +99,27 @@ def test_reference_environment_platform_and_precision_from_yaml(tmp_path):
 def test_tpu_needs_the_jax_0_10_2_environment():
     raw = _set(_defaults_raw(), "reference.platform", "tpu")
     assert _error(raw) == ("params: reference.platform: tpu needs reference.jax 0.10.2 or "
-                           "0.11.2 (the 0.4.26 environment holds a CPU jaxlib only)")
+                           "0.11.2 (the 0.4.26 environment holds no tpu jaxlib)")
     assert validate(_set(raw, "reference.jax", "0.10.2"))["reference"]["platform"] == "tpu"
     assert validate(_set(raw, "reference.jax", "0.11.2"))["reference"]["platform"] == "tpu"
+
+
+def test_gpu_needs_the_jax_0_11_2_environment():
+    raw = _set(_defaults_raw(), "reference.platform", "gpu")
+    assert _error(raw) == ("params: reference.platform: gpu needs reference.jax 0.11.2 (the "
+                           "0.4.26 environment holds no gpu jaxlib)")
+    assert _error(_set(raw, "reference.jax", "0.10.2")) == (
+        "params: reference.platform: gpu needs reference.jax 0.11.2 (the 0.10.2 environment "
+        "holds no gpu jaxlib)")
+    assert validate(_set(raw, "reference.jax", "0.11.2"))["reference"]["platform"] == "gpu"
+
+
+def test_each_platform_has_its_jax_platforms_and_needs_an_environment():
+    from dreamer_parity.reference import launch
+    assert set(launch.JAX_PLATFORMS) == set(P.PLATFORMS)
+    assert launch.JAX_PLATFORMS["gpu"] == "cuda,cpu"
+    assert set(P.PLATFORM_JAX) == set(P.PLATFORMS) - {"cpu"}
+    assert all(set(v) <= set(P.REFERENCE_JAX) for v in P.PLATFORM_JAX.values())
 
 
 # --- one test per error, each checking the one-line message ------------------------------
@@ -125,7 +143,7 @@ def test_section_given_as_scalar():
 @pytest.mark.parametrize("key, value", [
     ("decode", "mean"), ("profile", "tiny"), ("reference.decode", "stock"),
     ("reference.sampler", "uniform"), ("stats.failed_rule", "drop"),
-    ("reference.jax", "0.4.30"), ("reference.platform", "gpu"),
+    ("reference.jax", "0.4.30"), ("reference.platform", "cuda"),
     ("reference.precision", "float32"),
 ])
 def test_unknown_value(key, value):

@@ -55,7 +55,7 @@ __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOK
            "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
            "MAX_PATH_CHARS", "parse_yaml", "strict_yaml", "YamlRefusal", "RESERVED_ROUNDS",
            "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED", "REFERENCE_JAX", "PLATFORMS",
-           "PRECISIONS", "side_seeds", "SIDES", "ADDED_KEYS", "migrate"]
+           "PLATFORM_JAX", "PRECISIONS", "side_seeds", "SIDES", "ADDED_KEYS", "migrate"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -71,8 +71,12 @@ SAMPLERS = ("stock", "per_run")
 #: the same shims).
 REFERENCE_JAX = ("0.4.26", "0.10.2", "0.11.2")
 #: Where a side's jax programs run (``<side>.platform``): the value of ``JAX_PLATFORMS``'s
-#: first entry, set before jax is imported, and checked against ``jax.default_backend()``.
-PLATFORMS = ("cpu", "tpu")
+#: first entry, set before jax is imported, and checked against ``jax.default_backend()``
+#: (``gpu``: ``JAX_PLATFORMS=cuda``, an NVIDIA GPU through jax's CUDA plugin).
+PLATFORMS = ("cpu", "tpu", "gpu")
+#: The environments (``reference.jax``) that hold a jaxlib for each accelerator platform:
+#: the TPU machine's jax 0.10.2 and the GPU machine's 0.11.2 (with its CUDA 13 plugin).
+PLATFORM_JAX = {"tpu": ("0.10.2", "0.11.2"), "gpu": ("0.11.2",)}
 #: Matmul precision of a side (``<side>.precision``): ``default`` leaves jax's own (nothing
 #: set), the others are set as ``jax_default_matmul_precision`` before anything compiles.
 PRECISIONS = ("default", "high", "highest")
@@ -181,7 +185,7 @@ SCHEMA: dict[str, Field] = {
                            "0.11.2 (requirements-reference-jax011.lock, the same shims)"),
     "reference.platform": Field("str", "cpu", PLATFORMS,
                                 "where the reference's programs run (JAX_PLATFORMS); tpu needs "
-                                "reference.jax 0.10.2 or 0.11.2"),
+                                "reference.jax 0.10.2 or 0.11.2, gpu 0.11.2"),
     "reference.precision": Field("str", "default", PRECISIONS,
                                  "the reference's jax_default_matmul_precision (default: not set)"),
     "reference.source": Field("source", "run",
@@ -678,10 +682,11 @@ def _check_sources(typed: dict) -> None:
 
 def _check_environment_and_round(typed: dict) -> None:
     """The reference's platform against its jax, and the round's name."""
-    if typed["reference.platform"] != "cpu" and typed["reference.jax"] == "0.4.26":
-        raise ParamsError("reference.platform", f"{typed['reference.platform']} needs "
-                                                f"reference.jax 0.10.2 or 0.11.2 (the 0.4.26 "
-                                                f"environment holds a CPU jaxlib only)")
+    platform, jax = typed["reference.platform"], typed["reference.jax"]
+    if platform != "cpu" and jax not in PLATFORM_JAX[platform]:
+        raise ParamsError("reference.platform", f"{platform} needs reference.jax "
+                                                f"{' or '.join(PLATFORM_JAX[platform])} (the "
+                                                f"{jax} environment holds no {platform} jaxlib)")
     if not ROUND_PATTERN.fullmatch(typed["round"]):
         raise ParamsError("round", f"{quote(typed['round'])} is not a plain name: 1 to 64 "
                                    f"letters, digits, '-' or '_' (its pre-registration is "

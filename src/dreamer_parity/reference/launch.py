@@ -71,7 +71,7 @@ D6_MESSAGE = ("a reference run cannot be resumed (deviation D6: no checkpoint of
 REFERENCE_LOCK = provenance.REPO_ROOT / "requirements-reference.lock"
 #: ``JAX_PLATFORMS`` of each ``reference.platform``: the chip first, the CPU beside it (the
 #: runner checks that the backend is the platform asked for).
-JAX_PLATFORMS = {"cpu": "cpu", "tpu": "tpu,cpu"}
+JAX_PLATFORMS = {"cpu": "cpu", "tpu": "tpu,cpu", "gpu": "cuda,cpu"}
 
 
 class LaunchError(RuntimeError):
