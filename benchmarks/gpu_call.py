@@ -10,8 +10,8 @@ The phases, in order; ``<out>/gpu_call.json`` is rewritten (atomically) after ea
 runs in a child process (one process at a time holds the GPU):
 
 1. ``install``: the wheels of ``.gpu-wheels/`` whose distributions are missing, with ``pip
-   --no-index --no-deps`` into a temporary directory (``accel_check.install_wheels``); every
-   module the candidate imports must then be importable (exit 2 otherwise).
+   --no-index --no-deps`` into a temporary directory (``dreamer_parity.accel.wheelsets``);
+   every module the candidate imports must then be importable (exit 2 otherwise).
 2. ``probe``: the versions, the jax backend and its devices, the device memory, the GPU model,
    driver and memory (``provenance.gpu``), printed and recorded.
 3. ``smoke``: one seed of the smoke profile (tiny widths, 1,200 rows: seconds after its
@@ -20,10 +20,11 @@ runs in a child process (one process at a time holds the GPU):
 4. ``measure``: the run's own chunk program at ``--measure-seeds`` seeds and the round's
    profile, timed by ``benchmarks/accel_check.py --parts loop`` (compile seconds and
    seed-updates per second).
-5. ``batch``: :func:`plan_batch` sizes the batch from that measurement so that it finishes
-   inside ``--deadline-s`` (counted from this script's start); the seeds ``--first-seed``
-   upward then run in one program (``run --deadline-s``, ``--checkpoint deadline``: a seed cut
-   by the deadline is checkpointed under ``--runs``, never packed).
+5. ``batch``: ``dreamer_parity.accel.deadline.plan_batch`` sizes the batch from that
+   measurement so that it finishes inside ``--deadline-s`` (counted from this script's
+   start); the seeds ``--first-seed`` upward then run in one program (``run --deadline-s``,
+   ``--checkpoint deadline``: a seed cut by the deadline is checkpointed under ``--runs``,
+   never packed).
 6. ``pack``: the finished seeds into ``<out>/candidate-s<first>-s<last>.tar.gz`` with ``python
    -m dreamer_parity.archive pack`` (one archive, at most 16 MiB, checked), to be kept here with
    ``python -m dreamer_parity.keep``.
@@ -51,59 +52,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO))
 
-from benchmarks import accel_check  # noqa: E402  (standard library and the project only)
-from dreamer_parity import provenance, records  # noqa: E402
+from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
+from dreamer_parity.accel import check, wheelsets  # noqa: E402
+from dreamer_parity.accel.deadline import plan_batch, updates_per_seed  # noqa: E402
 
 JSON_NAME = "gpu_call.json"
-#: Seconds a run spends outside its compile and its loop (start, outputs; the TPU's 20-23 s,
-#: docs/CANDIDATE.md "Runs in commands of at most 10 minutes"), and what the pack and the last
-#: write need after the batch.
-RUN_OVERHEAD_S = 30.0
+#: What the pack and the last write need after the batch (seconds).
 PACK_RESERVE_S = 20.0
 #: The largest archive a call brings back.
 ARCHIVE_MAX_BYTES = 16 * 2**20
-
-
-def plan_batch(left_s: float, updates_per_seed: int, measured_seeds: int,
-               seed_updates_per_s: float, compile_s: float, max_seeds: int) -> dict:
-    """How many seeds one program can finish in ``left_s`` seconds.
-
-    The time of one batched update at ``n`` seeds is taken as the measured one at
-    ``measured_seeds`` seeds (``measured_seeds / seed_updates_per_s``) for ``n`` up to that
-    count, and as growing in proportion to ``n`` above it (a bound: batching widens the
-    kernels, it does not add them, so the true time grows more slowly).  A program of ``n``
-    seeds takes ``compile_s + RUN_OVERHEAD_S + updates_per_seed * update_s(n)``.
-
-    Args:
-      left_s: seconds until the deadline, less :data:`PACK_RESERVE_S`.
-      updates_per_seed: train updates of one seed over the round's rows (the schedule).
-      measured_seeds, seed_updates_per_s, compile_s: the measurement (``accel_check`` loop).
-      max_seeds: the largest batch wanted.
-
-    Returns:
-      ``{"seeds": int (0: none fits), "estimate_s": float | None (of that batch),
-      "update_s_measured": float}``.
-
-    Raises ValueError for a non-positive measurement or count.
-    """
-    if measured_seeds < 1 or not seed_updates_per_s > 0 or updates_per_seed < 1 or max_seeds < 1:
-        raise ValueError("plan_batch: the measurement and the counts must be positive")
-    base = measured_seeds / seed_updates_per_s
-
-    def est(n):
-        return compile_s + RUN_OVERHEAD_S + updates_per_seed * base * max(1.0, n / measured_seeds)
-
-    n = max([k for k in range(1, max_seeds + 1) if est(k) <= left_s], default=0)
-    return {"seeds": n, "estimate_s": est(n) if n else None, "update_s_measured": base}
-
-
-def updates_per_seed(rows: int) -> int:
-    """Train updates of one seed over ``rows`` environment rows (16 environments;
-    :func:`dreamer_parity.schedule.per_vector_step`)."""
-    from dreamer_parity.schedule import per_vector_step
-    return sum(per_vector_step(rows // accel_check.NUM_ENVS))
 
 
 def smoke_sets(extra=()) -> list[str]:
@@ -242,7 +200,7 @@ class Call:
         ph = self.child("measure", cmd, self.left())
         ph.pop("_stdout", None)
         try:
-            loop = json.loads((m_out / accel_check.JSON_NAME).read_text())["summary"]["loop"][
+            loop = json.loads((m_out / check.JSON_NAME).read_text())["summary"]["loop"][
                 str(a.measure_seeds)]
         except (OSError, ValueError, KeyError):
             return self.fail("measure", "no loop figure in the measurement")
@@ -321,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--versions", default="gpu-h200",
                     help="the version set allowed besides requirements.lock ('none': the lock)")
     ap.add_argument("--wheels", default=None, help="wheel directory (default: --versions' "
-                    "accel_check.WHEEL_SETS entry: .gpu-wheels for gpu-h200)")
+                    "accel.wheelsets.WHEEL_SETS entry: .gpu-wheels for gpu-h200)")
     return ap
 
 
@@ -338,9 +296,10 @@ def main(argv=None) -> int:
         if v < (0 if name == "first_seed" else 1):
             ap.error(f"--{name.replace('_', '-')} {v}: must be "
                      f"{'>= 0' if name == 'first_seed' else 'positive'}")
-    if a.versions != "none" and a.versions not in provenance.VERSION_SETS:
-        ap.error(f"--versions {a.versions!r} is not in provenance.VERSION_SETS nor 'none'")
-    a.wheels = a.wheels or accel_check.WHEEL_SETS.get(a.versions, accel_check.WHEEL_SETS["none"])["dir"]
+    try:
+        a.wheels = a.wheels or wheelsets.wheel_set(a.versions)["dir"]
+    except ValueError as e:
+        ap.error(str(e))
     from dreamer_parity import params as paramslib
     try:
         path = REPO / a.params if not Path(a.params).is_absolute() else a.params
@@ -362,17 +321,10 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     call = Call(a, t0)
     with tempfile.TemporaryDirectory(prefix="gpu-call-") as tmp:
-        wheel_dir = REPO / a.wheels if not Path(a.wheels).is_absolute() else Path(a.wheels)
-        try:
-            call.res["wheels"] = accel_check.install_wheels(wheel_dir, Path(tmp) / "site")
-        except (RuntimeError, ValueError) as e:
-            return _refuse(call, f"wheels: {e}")
-        import importlib.util
-        missing = [m for m in accel_check.NEEDED_MODULES if importlib.util.find_spec(m) is None]
-        if missing:
-            make = accel_check.WHEEL_SETS.get(a.versions, accel_check.WHEEL_SETS["none"])["make"]
-            return _refuse(call, f"not installed: {', '.join(missing)} (no wheel in {a.wheels}/:"
-                                 f" run `make {make}` and copy {a.wheels}/ with the tree)")
+        call.res["wheels"], why = wheelsets.prepare(REPO / a.wheels, Path(tmp) / "site",
+                                                    a.versions)
+        if why:
+            return _refuse(call, why)
         call.write()
         code = call.run()
     print(f"gpu_call: wrote {out / JSON_NAME}", file=sys.stderr)

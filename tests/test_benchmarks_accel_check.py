@@ -1,4 +1,5 @@
-"""The accelerator check (benchmarks/accel_check.py) run end to end on the CPU backend.
+"""The accelerator check (benchmarks/accel_check.py, :mod:`dreamer_parity.accel`) run end to
+end on the CPU backend.
 
 The dry runs call the script as the TPU or GPU machine would (a child process per phase, the JSON
 in --out), with ``--platform cpu``: once with the stand-in agent of ``candidate_stub``
@@ -7,7 +8,6 @@ the smoke profile, so an API change in the agent, the loop or jax breaks the sui
 than the one run on the accelerator.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,14 +18,12 @@ from pathlib import Path
 import pytest
 
 from dreamer_parity import provenance
+from dreamer_parity.accel import check, options, outcome, phases, wheelsets
 from dreamer_parity.candidate.config import AgentConfig
 from dreamer_parity.schedule import per_vector_step
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "accel_check.py"
-_SPEC = importlib.util.spec_from_file_location("accel_check", SCRIPT)
-accel_check = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(accel_check)
 
 TINY = ["--platform", "cpu", "--step-updates", "2", "--loop-steps", "2", "--loop-chunks", "1",
         "--rows", "1200", "--compare-updates", "2"]
@@ -91,7 +89,7 @@ def test_dry_run_with_the_stub_grows_compares_and_records(tmp_path):
     assert len(dev["vector_loss"]) == 2 and dev["maybe_nan"][1] is None
     assert res["versions"]["checked"] is True and res["versions"]["version_set"] is None
     assert res["argv"][:2] == ["--out", "<out>"]
-    assert res["code"]["sha256_src_and_check"] == accel_check.tree_digest(
+    assert res["code"]["sha256_src_and_check"] == check.tree_digest(
         ["src/dreamer_parity", "benchmarks/accel_check.py"])
     assert "| 2 |" in r.stdout and "every value equal" in r.stdout
 
@@ -115,10 +113,10 @@ def test_dry_run_runs_and_records_the_seed_batch(tmp_path):
 
 
 def test_step_seed_batch_is_plain_vmap_for_auto_and_the_compare():
-    assert accel_check.step_seed_batch({"seed_batch": "auto"}) is None
-    assert accel_check.step_seed_batch({"seed_batch": None}) is None
-    assert accel_check.step_seed_batch({"seed_batch": 4}) == 4
-    assert accel_check.step_seed_batch({"seed_batch": 4, "compare_updates": 3}) is None
+    assert phases.step_seed_batch({"seed_batch": "auto"}) is None
+    assert phases.step_seed_batch({"seed_batch": None}) is None
+    assert phases.step_seed_batch({"seed_batch": 4}) == 4
+    assert phases.step_seed_batch({"seed_batch": 4, "compare_updates": 3}) is None
 
 
 def test_budget_ends_the_check_cleanly(tmp_path):
@@ -168,15 +166,15 @@ def test_agent_config_takes_the_speed_settings_of_the_spec():
     # --head-rows and --twohot-index reach the device phases' config; the CPU side's spec
     # keeps the profile's (the real agent: no compile here)
     spec = {"agent": "dreamer_parity.candidate.agent", "profile": "smoke"}
-    _, cfg = accel_check._agent({**spec, "head_rows": 2, "twohot_index": "compare"})
+    _, cfg = phases.agent_and_config({**spec, "head_rows": 2, "twohot_index": "compare"})
     assert (cfg.head_rows, cfg.twohot_index) == (2, "compare")
-    _, cfg = accel_check._agent({**spec, "head_rows": None, "twohot_index": "auto"})
+    _, cfg = phases.agent_and_config({**spec, "head_rows": None, "twohot_index": "auto"})
     assert (cfg.head_rows, cfg.twohot_index) == (AgentConfig().head_rows, "auto") == (8, "auto")
-    ap = accel_check._parser()
+    ap = options.parser("the check")
     a = ap.parse_args(["--out", "x", "--head-rows", "2"])
-    accel_check._validate(ap, a)
-    assert accel_check._spec(a, {"kind": "loop", "side": "device"})["head_rows"] == 2
-    assert accel_check._spec(a, {"kind": "loop", "side": "cpu"})["head_rows"] is None
+    options.validate(ap, a)
+    assert check.phase_spec(a, {"kind": "loop", "side": "device"})["head_rows"] == 2
+    assert check.phase_spec(a, {"kind": "loop", "side": "cpu"})["head_rows"] is None
     with pytest.raises(SystemExit):
         ap.parse_args(["--out", "x", "--head-rows", "0"])
 
@@ -184,7 +182,7 @@ def test_agent_config_takes_the_speed_settings_of_the_spec():
 def test_metric_differences_pick_the_largest_and_handle_non_finite():
     dev = {"a": [1.0, 2.0], "b": [0.0, None], "c": [float("inf"), 1.0], "d": [5.0]}
     cpu = {"a": [1.0, 2.5], "b": [0.0, None], "c": [1.0, 1.0], "e": [1.0]}
-    d = accel_check.metric_differences(dev, cpu)
+    d = outcome.metric_differences(dev, cpu)
     assert d["per_metric"]["a"] == {"max_abs": 0.5, "max_rel": 0.2}
     assert d["per_metric"]["b"] == {"max_abs": 0.0, "max_rel": 0.0}
     assert d["max_abs"] == float("inf") and d["max_abs_metric"] == "c"
@@ -193,17 +191,43 @@ def test_metric_differences_pick_the_largest_and_handle_non_finite():
 
 
 def test_classify_tells_oom_from_error_and_reads_the_result():
-    ok = accel_check.classify(0, 'noise\nPHASE {"x": 1}\n', "", False, 1.0)
+    ok = outcome.classify(0, 'noise\nPHASE {"x": 1}\n', "", False, 1.0)
     assert ok == {"status": "ok", "result": {"x": 1}}
     err = "Traceback (most recent call last):\n  File x\njaxlib.XlaRuntimeError: " \
           "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123 bytes.\n"
-    oom = accel_check.classify(1, "", err, False, 1.0)
+    oom = outcome.classify(1, "", err, False, 1.0)
     assert oom["status"] == "oom" and oom["reason"].startswith("jaxlib.XlaRuntimeError")
-    bad = accel_check.classify(1, "", "Traceback\n  File y\nKeyError: 'nope'\n", False, 1.0)
+    bad = outcome.classify(1, "", "Traceback\n  File y\nKeyError: 'nope'\n", False, 1.0)
     assert bad["status"] == "error" and bad["reason"] == "KeyError: 'nope'"
-    assert accel_check.classify(0, "", "", False, 1.0)["reason"] == "exit 0"
-    st = accel_check.classify(-9, "", "", True, 12.4)
+    assert outcome.classify(0, "", "", False, 1.0)["reason"] == "exit 0"
+    st = outcome.classify(-9, "", "", True, 12.4)
     assert st == {"status": "stopped", "reason": "budget ended after 12 s of this phase"}
+
+
+def test_a_phase_child_refuses_a_bad_spec_in_one_line(capsys):
+    for argv in ([], ["not json"], ['{"kind": "train"}'], ["[1]"]):
+        assert phases.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == ["error: expected one argument, a JSON object whose kind is one of "
+                       "probe, step, loop"], argv
+
+
+def test_wheel_sets_by_version_set_and_a_missing_module_named(tmp_path, monkeypatch):
+    assert wheelsets.wheel_set("none")["dir"] == ".accel-wheels"
+    assert wheelsets.wheel_set("gpu-h200")["make"] == "gpu-wheels"
+    with pytest.raises(ValueError, match=r"^--versions 'gpu-x' is not in provenance\.VERSION_SETS"):
+        wheelsets.wheel_set("gpu-x")
+    # an empty wheel folder: nothing to install; a module nobody has is named with the fix
+    monkeypatch.setattr(wheelsets, "NEEDED_MODULES", ("json", "dp_no_such_module"))
+    (tmp_path / ".gpu-wheels").mkdir()
+    plan, why = wheelsets.prepare(tmp_path / ".gpu-wheels", tmp_path / "site", "gpu-h200")
+    assert plan == [] and why == (
+        "not installed: dp_no_such_module (no wheel in .gpu-wheels/: run `make gpu-wheels` "
+        "and copy .gpu-wheels/ with the working tree)")
+    (tmp_path / "w" / "notes.whl").mkdir(parents=True)
+    assert wheelsets.prepare(tmp_path / "w", tmp_path / "site", "none") == (
+        [], "wheels: notes.whl: not a wheel file name")
+    assert not (tmp_path / "site").exists()
 
 
 def _wheel(dest: Path, name: str, version: str) -> Path:
@@ -230,7 +254,7 @@ def test_only_missing_wheels_are_installed_into_the_target(tmp_path, monkeypatch
     _wheel(wheels, "numpy", "0.0.1")     # installed already: left alone
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("PYTHONPATH", "")
-    plan = accel_check.install_wheels(wheels, tmp_path / "site")
+    plan = wheelsets.install_wheels(wheels, tmp_path / "site")
     by = {p["name"]: p for p in plan}
     assert by["dp-accel-check-probe"]["action"] == "install"
     assert by["dp-accel-check-probe"]["installed"] is None
@@ -263,7 +287,7 @@ def test_wheel_names_and_bad_arguments():
 
 def test_the_wheels_are_pinned_by_the_lock():
     pins = provenance.read_pins(REPO / "requirements.lock")
-    assert {n: pins[n] for n in accel_check.ACCEL_WHEELS} == {
+    assert {n: pins[n] for n in wheelsets.ACCEL_WHEELS} == {
         "gymnax": "1.0.1", "gymnasium": "1.3.0", "farama-notifications": "0.0.6",
         "seaborn": "0.13.2", "pyyaml": "6.0.4"}
 
@@ -271,7 +295,7 @@ def test_the_wheels_are_pinned_by_the_lock():
 def test_the_tree_copied_to_an_accelerator_stays_under_its_limit():
     # the copy holds the tracked and untracked, not ignored files plus the wheel folder
     # (about 1 MiB), 64 MiB at most (docs/CANDIDATE.md#accelerators)
-    sent = accel_check.travelling_bytes()
+    sent = wheelsets.travelling_bytes()
     if sent is None:
         pytest.skip("not a git checkout")
     assert sent > (REPO / "requirements.lock").stat().st_size + SCRIPT.stat().st_size

@@ -1,4 +1,5 @@
-"""The GPU call (benchmarks/gpu_call.py) run end to end on the CPU backend.
+"""The GPU call (benchmarks/gpu_call.py, :mod:`dreamer_parity.accel.deadline`) run end to end
+on the CPU backend.
 
 Every phase but the GPU itself runs here: the wheel install (a stand-in wheel), the probe, the
 smoke seed and its archive, the measurement (accel_check's loop at the smoke profile), the
@@ -7,7 +8,6 @@ batch sized from it, run at precision highest, and the archive of its finished s
 stand-in ``nvidia-smi``.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,12 +19,10 @@ from pathlib import Path
 import pytest
 
 from dreamer_parity import params as paramslib, provenance
+from dreamer_parity.accel.deadline import plan_batch, updates_per_seed
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_call.py"
-_SPEC = importlib.util.spec_from_file_location("gpu_call", SCRIPT)
-gpu_call = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(gpu_call)
 
 SMOKE_SETS = [f"--set={k}={json.dumps(v) if v is not None else 'null'}"
               for k, v in paramslib.SMOKE.items()]
@@ -47,17 +45,17 @@ def _wheel(d: Path, name: str, version: str) -> Path:
 
 def test_plan_batch_fits_the_deadline_and_bounds_wider_batches():
     # 8 seeds measured at 40 seed-updates/s: 0.2 s per batched update; 100 updates a seed
-    p = gpu_call.plan_batch(left_s=100.0, updates_per_seed=100, measured_seeds=8,
+    p = plan_batch(left_s=100.0, updates_per_seed=100, measured_seeds=8,
                             seed_updates_per_s=40.0, compile_s=20.0, max_seeds=32)
     # up to 8 seeds: 20 + 30 + 100 * 0.2 = 70 s; n seeds above: 50 + 20 * n / 8 <= 100 -> 20
     assert p == {"seeds": 20, "estimate_s": pytest.approx(100.0), "update_s_measured": 0.2}
-    assert gpu_call.plan_batch(100.0, 100, 8, 40.0, 20.0, 4)["seeds"] == 4
-    assert gpu_call.plan_batch(60.0, 100, 8, 40.0, 20.0, 32) == {
+    assert plan_batch(100.0, 100, 8, 40.0, 20.0, 4)["seeds"] == 4
+    assert plan_batch(60.0, 100, 8, 40.0, 20.0, 32) == {
         "seeds": 0, "estimate_s": None, "update_s_measured": 0.2}
     with pytest.raises(ValueError, match="must be positive"):
-        gpu_call.plan_batch(100.0, 100, 8, 0.0, 20.0, 32)
+        plan_batch(100.0, 100, 8, 0.0, 20.0, 32)
     # the round's 24,000 rows: 11,481 updates a seed (docs/CANDIDATE.md)
-    assert gpu_call.updates_per_seed(24000) == 11481
+    assert updates_per_seed(24000) == 11481
 
 
 def test_gpu_provenance_from_nvidia_smi_and_xla_flags(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from dreamer_parity import provenance
+from dreamer_parity.accel import wheelsets
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements-gpu-cpu312.lock"
@@ -35,15 +36,6 @@ DESELECT = "not reference and not observe_scan_gradients and not hoisted_inputs"
 pytestmark = pytest.mark.slow
 
 
-def _accel_check():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("accel_check",
-                                                  REPO / "benchmarks" / "accel_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_lock_holds_the_gpu_version_set_and_the_shipped_wheels():
     # fast: the lock's jax, jaxlib and numpy are the version set's; its shipped lines are
     # what `make gpu-wheels` fetches, and they cover what the candidate imports
@@ -51,9 +43,8 @@ def test_the_lock_holds_the_gpu_version_set_and_the_shipped_wheels():
     vset = provenance.VERSION_SETS["gpu-h200"]
     assert {p: pins[p] for p in provenance.PINNED_PACKAGES} == vset["versions"]
     assert vset["also"]["python"] == "3.12"
-    ac = _accel_check()
-    shipped = ac.shipped_names(LOCK)
-    assert ac.WHEEL_SETS["gpu-h200"]["lock"] == LOCK.name
+    shipped = wheelsets.shipped_names(LOCK)
+    assert wheelsets.WHEEL_SETS["gpu-h200"]["lock"] == LOCK.name
     assert {"gymnax", "gymnasium", "seaborn", "matplotlib", "pandas", "six",
             "flatbuffers"} <= set(shipped)
     # the image's own packages are not shipped

@@ -95,10 +95,6 @@ def test_detects_a_circle(tmp_path):
 # --- tests/ and benchmarks/ import the package, never each other ----------------------------
 
 REPO = SRC.parent
-#: Test modules that still load a benchmark script to test its helpers (to be run as
-#: scripts instead); a new one fails the test below, and so does one that stops.
-STILL_LOADING_BENCHMARKS = {"test_benchmarks_accel_check.py", "test_benchmarks_gpu_call.py",
-                            "test_gpu_cpu312.py"}
 
 
 def _reaches(path: Path, other: str, names: set[str]) -> bool:
@@ -106,7 +102,7 @@ def _reaches(path: Path, other: str, names: set[str]) -> bool:
     ``import other...``/``from other...``, one of its module ``names``, or a path given to
     ``sys.path`` or ``spec_from_file_location`` in a file that names the folder."""
     source = path.read_text(encoding="utf-8")
-    names_other = f'"{other}"' in source or f"'{other}'" in source or f"/{other}/" in source
+    names_other = any(f"{q}{other}{end}" in source for q in "\"'/" for end in "\"'/")
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             mods = [a.name for a in node.names]
@@ -133,9 +129,9 @@ def test_tests_and_benchmarks_do_not_import_each_other():
         (REPO / "measurements").rglob("*.py"))
     wrong = [str(p.relative_to(REPO)) for p in bench_files if _reaches(p, "tests", test_mods)]
     assert not wrong, f"benchmarks importing tests: {wrong}"
-    loading = {p.name for p in (REPO / "tests").rglob("*.py")
-               if _reaches(p, "benchmarks", bench_mods)}
-    assert loading == STILL_LOADING_BENCHMARKS
+    loading = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("*.py")
+                     if _reaches(p, "benchmarks", bench_mods))
+    assert not loading, f"tests loading a benchmark script: {loading}"
 
 
 def test_the_import_check_sees_each_form(tmp_path):
@@ -143,6 +139,8 @@ def test_the_import_check_sees_each_form(tmp_path):
              "import device_reference\n": True,
              "sys.path.insert(0, str(REPO / 'benchmarks'))\n": True,
              "S = REPO / 'benchmarks' / 'm.py'\nimportlib.util.spec_from_file_location('m', S)\n": True,
+             "T = 'benchmarks/m.py'\nimportlib.util.spec_from_file_location('m', REPO / T)\n": True,
+             "S = REPO / 'benchmarks' / 'm.py'\nsubprocess.run([sys.executable, str(S)])\n": False,
              "from dreamer_parity import params\n": False,
              "subprocess.run([sys.executable, 'benchmarks/x.py'])\n": False}
     for i, (text, want) in enumerate(cases.items()):

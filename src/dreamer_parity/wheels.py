@@ -1,8 +1,8 @@
 """Wheels for a machine without the package index: downloaded here, installed there.
 
 Standard library only (it runs on a device machine's bare ``python3``).  The one place that
-names a wheel file, downloads wheels at a lock's versions and installs carried wheels:
-``benchmarks/accel_check.py`` (the candidate's wheels, ``make accel-wheels``),
+names a wheel file, downloads wheels at a lock's versions and installs them there:
+:mod:`dreamer_parity.accel.wheelsets` (the candidate's wheels, ``make accel-wheels``),
 :mod:`dreamer_parity.device_reference` (the reference's, ``make tpu-reference``) and
 ``benchmarks/device_env.sh`` use it.  pip does the work; its last line is the error.
 

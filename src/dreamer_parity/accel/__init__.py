@@ -1,0 +1,10 @@
+"""The candidate on an accelerator's machine (TPU or GPU): the logic behind
+``benchmarks/accel_check.py`` and ``benchmarks/gpu_call.py`` (docs/CANDIDATE.md#accelerators).
+
+One job a module: ``wheelsets`` (the wheels each machine gets: fetched here, installed there),
+``options`` (the check's command line and its checks), ``phases`` (what one phase measures,
+in a child process of its own), ``outcome`` (a child's outcome, the device-CPU differences,
+the summary and its table), ``check`` (the parent: the phases in order inside the budget, the
+JSON) and ``deadline`` (how many seeds one program finishes before a deadline).  None imports
+jax at import time: the phases' children do.
+"""
