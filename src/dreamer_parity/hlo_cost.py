@@ -249,9 +249,10 @@ def _ref(text: str) -> str:
 def kernel_kind(inst: dict, comps: dict | None = None) -> str:
     """The kind of a kernel-launching instruction: ``loop fusion``, ``input fusion``
     (reductions and scatters), ``output fusion``, ``custom fusion <backend kind>`` (Triton
-    GEMMs: ``custom fusion __triton_nested_gemm_fusion`` and the like; ``custom fusion gemm``
-    for one without a backend kind whose computation in ``comps`` holds a ``dot``: XLA
-    prints none for a fusion that reuses another's kernel), ``custom-call <target>``
+    GEMMs: ``custom fusion __triton_nested_gemm_fusion`` and the like; without a backend
+    kind, which XLA prints for none of the fusions that reuse another's kernel, ``custom
+    fusion gemm`` or ``sort`` when its computation in ``comps`` holds a ``dot`` or a
+    ``sort``, else ``custom fusion ?``), ``custom-call <target>``
     (``__cublas$gemm``, ...), else the operation's name (``copy``, ``sort``...).  A fusion
     launched asynchronously (``fusion-start``) gets the prefix ``async ``."""
     op, a = inst["op"], inst["attrs"]
@@ -263,9 +264,9 @@ def kernel_kind(inst: dict, comps: dict | None = None) -> str:
             b = re.search(r'"fusion_backend_config"\s*:\s*\{\s*"kind"\s*:\s*"([^"]+)"', a)
             if b:
                 return pre + "custom fusion " + b.group(1)
-            body = (comps or {}).get(next(iter(called(a, "calls")), ""), [])
-            return pre + "custom fusion " + ("gemm" if any(i["op"] == "dot" for i in body)
-                                              else "?")
+            ops = {i["op"] for i in (comps or {}).get(next(iter(called(a, "calls")), ""), [])}
+            return pre + "custom fusion " + ("gemm" if "dot" in ops else
+                                              "sort" if "sort" in ops else "?")
         return pre + k.lower() + " fusion"
     if op == "custom-call":
         t = re.search(r'custom_call_target="([^"]+)"', a)
