@@ -6,9 +6,9 @@ XLA:GPU compiles for a GPU it is only told about: with the CUDA plugin installed
 ``GpuTargetConfigProto`` in text form and gives a device to lower and compile against.
 :func:`h200_target_config` writes that text from NVIDIA's published figures for the H200
 (:data:`H200`); :func:`compile_update` compiles one train update of the candidate for it
-(the run's own seed mapping: :func:`.seedmap.over_seeds` of the train step, all seeds in one
-batch, and the two-hot form, as a run on a GPU traces them) and returns the optimized HLO text, which
-:func:`dreamer_parity.hlo_cost.kernel_counts` turns into kernels per update.
+(the run's own seed mapping: :func:`.seedmap.over_seeds` of the train step, all seeds in
+one batch, and the two-hot form, as a run on a GPU traces them) and returns the optimized
+HLO text, which :func:`dreamer_parity.hlo_cost.kernel_counts` turns into kernels per update.
 :func:`project_update_ms` turns counts into a time per update for an assumed time per kernel.
 
 Nothing here runs on a GPU; jax is imported by the functions that need it, so the module
@@ -28,11 +28,12 @@ __all__ = ["H200", "h200_target_config", "compile_update", "count_update", "read
 #: The H200 SXM (Hopper GH100, compute capability 9.0), from NVIDIA's public documents: the
 #: H200 product brief and datasheet (141 GB HBM3e, 4.8 TB/s, 132 SMs, 1.98 GHz boost clock),
 #: the NVIDIA Hopper architecture in-depth page and white paper (L2 cache of the GH100 die:
-#: 60 MB; 128 FP32 units per SM) and the CUDA C++ Programming Guide's table of technical
-#: specifications per compute capability (9.0: 2,048 resident threads, 64 K 32-bit registers
-#: per SM and at most 64 K per block, 1,024 threads per block, 228 KB shared memory per SM,
-#: 48 KB per block without opt-in and 227 KB with it, warps of 32, grid limits 2^31-1 x
-#: 65,535 x 65,535).  Units: bytes, bytes per second, GHz.
+#: 60 MB, of which the white paper gives 50 MB to the H100 SXM5 product; XLA reads the size
+#: in its cost heuristics only; 128 FP32 units per SM) and the CUDA C++ Programming Guide's
+#: table of technical specifications per compute capability (9.0: 2,048 resident threads,
+#: 64 K 32-bit registers per SM and at most 64 K per block, 1,024 threads per block, 228 KB
+#: shared memory per SM, 48 KB per block without opt-in and 227 KB with it, warps of 32,
+#: grid limits 2^31-1 x 65,535 x 65,535).  Units: bytes, bytes per second, GHz.
 H200 = {
     "name": "NVIDIA H200",
     "compute_capability": (9, 0),
