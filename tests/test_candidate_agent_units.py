@@ -547,3 +547,28 @@ def test_config_errors():
         AgentConfig(deter=100, blocks=8)
     cfg = AgentConfig.from_params({"profile": "smoke", "decode": "ref"})
     assert (cfg.deter, cfg.hidden, cfg.units, cfg.decode) == (64, 16, 16, "ref")
+
+
+def test_observe_remat_recomputes_the_steps_and_gives_the_same_update():
+    # AgentConfig.observe_remat wraps the observe step in jax.checkpoint (a GPU lever):
+    # off, the step is traced as before; on, the update is the same up to float32 rounding
+    from functools import partial
+
+    from dreamer_parity.candidate.synthetic import synthetic_batch
+    with pytest.raises(ValueError, match="observe_remat"):
+        AgentConfig(observe_remat="yes")
+    out = {}
+    for remat in (False, True):
+        cfg = AgentConfig.for_profile("smoke", observe_remat=remat)
+        state = agent.init(jax.random.PRNGKey(0), cfg)
+        batch = synthetic_batch(cfg, 2, 6, seed=1)
+        step = partial(agent.train_step, cfg)
+        jaxpr = str(jax.make_jaxpr(step)(state, batch, jax.random.PRNGKey(2)))
+        assert ("checkpoint" in jaxpr or "remat" in jaxpr) == remat
+        out[remat] = jax.jit(step)(state, batch, jax.random.PRNGKey(2))
+    leaves = jax.tree_util.tree_leaves_with_path(out[False])
+    assert len(leaves) == len(jax.tree_util.tree_leaves(out[True])) > 10
+    for (path, a), b in zip(leaves, jax.tree_util.tree_leaves(out[True])):
+        a, b = np.asarray(a), np.asarray(b)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6 * max(np.abs(a).max(), 1e-30),
+                                   err_msg=jax.tree_util.keystr(path))

@@ -219,8 +219,9 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
         return (deter, stoch), (deter, stoch, logit)
 
     tm = lambda x: jnp.swapaxes(x, 0, 1)
+    step = jax.checkpoint(obs_step) if cfg.observe_remat else obs_step   # a GPU lever
     _, (deter, stoch, post) = jax.lax.scan(
-        obs_step, (deter0, stoch0), (tm(xa), tm(ea), tm(is_first), noise["post"]))
+        step, (deter0, stoch0), (tm(xa), tm(ea), tm(is_first), noise["post"]))
     deter, stoch, post = tm(deter), tm(stoch), tm(post)                 # (B,T,...)
     stoch_flat = _flat(stoch)
 

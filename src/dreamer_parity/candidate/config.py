@@ -99,6 +99,11 @@ class AgentConfig:
     # "auto" (by backend, twohot.index_form); both exact: bitwise the same update on
     # XLA:CPU (tests)
     twohot_index: str = "auto"
+    # speed only: recompute each observe step in the scan's backward pass (jax.checkpoint)
+    # instead of storing its intermediates, each of which the forward loop writes with a
+    # kernel of its own on XLA:GPU (docs/PERFORMANCE.md, "GPU kernels per update").  The
+    # same arithmetic; False traces the train step unchanged
+    observe_remat: bool = False
 
     def __post_init__(self):
         for f in ("deter", "hidden", "stoch", "classes", "blocks", "units", "bins", "obs_dim",
@@ -112,6 +117,9 @@ class AgentConfig:
             raise ValueError(f"AgentConfig.deter: {self.deter} is not divisible by blocks={self.blocks}")
         if self.bins % 2 != 1 or self.bins < 3:
             raise ValueError(f"AgentConfig.bins: expected an odd number >= 3, got {self.bins}")
+        if not isinstance(self.observe_remat, bool):
+            raise ValueError(f"AgentConfig.observe_remat: expected a bool, got "
+                             f"{self.observe_remat!r}")
         if self.twohot_index not in TWOHOT_INDEX:
             raise ValueError(f"AgentConfig.twohot_index: expected one of {TWOHOT_INDEX}, "
                              f"got {self.twohot_index!r}")
