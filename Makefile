@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 reference-setup-jax011 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels gpu-wheels tpu-reference
+.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 reference-setup-jax011 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels gpu-wheels tpu-reference gpu-reference
 
 # The venv, then a git tag per kept round of docs/rounds/index.yaml whose commit the clone holds
 # (tags are not cloned with the branch), so that `dvc metrics diff <round> <round>` takes round
@@ -139,6 +139,11 @@ gpu-wheels: venv
 # export of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine").
 tpu-reference: venv
 	$(PY) -m dreamer_parity.device_reference --prepare .tpu-ref
+
+# The same for the GPU machine (an NVIDIA H200, Python 3.12, jax 0.11.2): .gpu-ref/ with the
+# CPython 3.12 wheels of reference.jax 0.11.2 that its image lacks, and the export.
+gpu-reference: venv
+	$(PY) -m dreamer_parity.device_reference --machine gpu-h200 --prepare .gpu-ref
 
 clean-venv:
 	rm -rf $(VENV)

@@ -16,7 +16,13 @@ runs in a child process (one process at a time holds the GPU):
    driver and memory (``provenance.gpu``), printed and recorded.
 3. ``smoke``: one seed of the smoke profile (tiny widths, 1,200 rows: seconds after its
    compile; ``--smoke-set`` changes it) through ``python -m dreamer_parity.candidate.runtime.run``, then packed with
-   ``python -m dreamer_parity.archive pack`` (the archive is checked and thrown away).
+   ``python -m dreamer_parity.archive pack`` (the archive is checked and thrown away); then
+   ``mirror``: the reference heads' mirror-column probe (``dreamer_parity.accel.mirror``) at
+   precisions ``default`` and ``highest``, each with GEMM autotuning off
+   (``--xla_gpu_autotune_level=0``) and on, within ``mirror.BUDGET_S`` (less when the
+   deadline is near; skipped below ``mirror.MIN_BUDGET_S``); ``gpu_call.json``'s ``mirror``
+   holds the pairs that differ of 127 (``differ``) and the full results, or the error (the
+   call goes on).  The later phases' time is what is left after it.
 4. ``measure``: the run's own chunk program at ``--measure-seeds`` seeds and the round's
    profile, timed by ``benchmarks/accel_check.py --parts loop`` (compile seconds and
    seed-updates per second).
@@ -29,7 +35,8 @@ runs in a child process (one process at a time holds the GPU):
    -m dreamer_parity.archive pack`` (one archive, at most 16 MiB, checked), to be kept here with
    ``python -m dreamer_parity.keep``.
 
-Every run goes at ``--precision`` (``JAX_DEFAULT_MATMUL_PRECISION``, default ``highest``);
+Every run goes at ``--precision`` (``JAX_DEFAULT_MATMUL_PRECISION``, default ``highest``; the
+mirror probe sets its own);
 ``run.json`` records the precision, ``XLA_FLAGS``, the autotuning level, the GPU model and the
 driver (``provenance.collect``: ``backend``, ``gpu``).  ``<out>`` gets ``gpu_call.json`` and the
 archive only (the runs, the smoke and the measurement stay under ``--runs``).
@@ -54,7 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
-from dreamer_parity.accel import check, wheelsets  # noqa: E402
+from dreamer_parity.accel import check, mirror, wheelsets  # noqa: E402
 from dreamer_parity.accel.deadline import plan_batch, updates_per_seed  # noqa: E402
 
 JSON_NAME = "gpu_call.json"
@@ -187,6 +194,7 @@ class Call:
             ph.pop("_stdout", None)
         if ph["rc"] != 0:
             return self.fail("smoke-pack")
+        self.mirror()
         # measure: the run's chunk program at --measure-seeds seeds
         params = paramslib.load(REPO / a.params if not Path(a.params).is_absolute()
                                 else a.params, a.set)
@@ -235,6 +243,25 @@ class Call:
             return self.fail("pack")
         self.write()
         return 0
+
+    def mirror(self) -> None:
+        """The smoke's mirror probe (:mod:`dreamer_parity.accel.mirror`): ``res["mirror"]``
+        holds its result, or why it did not run; a failure does not stop the call."""
+        budget = min(mirror.BUDGET_S, self.left() - PACK_RESERVE_S)
+        if budget < mirror.MIN_BUDGET_S:
+            self.res["mirror"] = {"skipped": f"{budget:.0f} s left before the deadline"}
+            self.write()
+            return
+        ph = self.child("mirror", [sys.executable, "-m", "dreamer_parity.accel.mirror",
+                                   "--platform", self.a.platform, "--budget-s", f"{budget:.0f}"],
+                        budget + 30)   # each probe process is killed at its share
+        try:
+            self.res["mirror"] = json.loads(ph.pop("_stdout").strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            self.res["mirror"] = {"error": f"exit {ph['rc']}, no result: {ph['tail'][-300:]}"}
+        print(f"gpu_call: mirror pairs that differ: {self.res['mirror'].get('differ')}",
+              file=sys.stderr, flush=True)
+        self.write()
 
     def fail(self, name: str, why: str | None = None) -> int:
         self.res["failed"] = f"{name}: {why}" if why else name
@@ -298,6 +325,7 @@ def main(argv=None) -> int:
                      f"{'>= 0' if name == 'first_seed' else 'positive'}")
     try:
         a.wheels = a.wheels or wheelsets.wheel_set(a.versions)["dir"]
+        mirror.probe_platform(a.platform)
     except ValueError as e:
         ap.error(str(e))
     from dreamer_parity import params as paramslib

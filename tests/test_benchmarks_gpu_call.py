@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dreamer_parity import params as paramslib, provenance
+from dreamer_parity.accel import mirror
 from dreamer_parity.accel.deadline import plan_batch, updates_per_seed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,12 +86,43 @@ def test_gpu_provenance_from_nvidia_smi_and_xla_flags(tmp_path, monkeypatch):
     (["--deadline-s", "9", "--set", "seeds=[1, 1]"], "duplicate seeds"),
     (["--deadline-s", "9", "--params", "nope.yaml"], "--params: file not found"),
     (["--deadline-s", "9", "--smoke-set", "rows=1000"], "eval_every"),
+    (["--deadline-s", "9", "--platform", "rocm"],
+     "--platform 'rocm': the mirror probe runs on cpu, cuda, tpu only"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, msg):
     r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), *args],
                        capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 2 and msg in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+#: The smoke's mirror probe on XLA:CPU: no pair of 127 differs in any product, at either
+#: precision, autotuning "off" and "on" alike (the flag is not passed there)
+CPU_DIFFER = {p: {k: {f"{rows}/{what}": 0 for rows in ("imagination", "replay")
+                      for what in ("forward", "gradient")}
+                  for k in ("autotune_off", "autotune_on")} for p in ("default", "highest")}
+
+
+def test_the_mirror_probe_table_and_its_limits():
+    one = {"results": {"replay": {"forward": {"differ": 3}, "gradient": {"differ": 0}},
+                       "imagination": {"forward": {"differ": 0}, "gradient": {"differ": 127}}}}
+    pair = {"autotune_off": one, "autotune_on": {"results": {
+        "replay": {"forward": {"differ": 0}}}}}
+    assert mirror.differ_table({"default": pair, "highest": {"error": "exit 1: boom"}}) == {
+        "default": {"autotune_off": {"imagination/forward": 0, "imagination/gradient": 127,
+                                     "replay/forward": 3, "replay/gradient": 0},
+                    "autotune_on": {"replay/forward": 0}},
+        "highest": {"error": "exit 1: boom"}}
+    assert mirror.probe_platform("cuda,cpu") == "cuda" and mirror.probe_platform("cpu") == "cpu"
+    with pytest.raises(ValueError, match="--platform 'gpu': the mirror probe runs on"):
+        mirror.probe_platform("gpu")
+    with pytest.raises(ValueError, match="--budget-s 0: must be a positive number"):
+        mirror.run("cpu", 0)
+    # a process past its share (0.2 s of 0.8 s: jax does not even import) is killed, and said
+    got = mirror.run("cpu", 0.8)
+    assert got["pairs"] == {p: {"error": "a probe process ran past 0.2 s"}
+                            for p in ("default", "highest")}
+    assert got["differ"] == got["pairs"] and got["mirror_pairs"] == 127
 
 
 @pytest.mark.slow
@@ -112,11 +144,20 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
     res = json.loads((out / "gpu_call.json").read_text())
     assert r.returncode == 0, (r.stderr[-3000:], res)
     assert [p["name"] for p in res["phases"]] == [
-        "probe", "smoke", "smoke-pack", "measure", "batch", "pack"]
+        "probe", "smoke", "smoke-pack", "mirror", "measure", "batch", "pack"]
+    # the smoke's mirror probe: on XLA:CPU no pair differs, at either precision
+    assert res["mirror"]["differ"] == CPU_DIFFER and res["mirror"]["mirror_pairs"] == 127
+    for precision, pair in res["mirror"]["pairs"].items():
+        assert (pair["platform"], pair["precision"], pair["flag_passed"]) == (
+            "cpu", precision, False)
+        assert {pair[k]["backend"] for k in ("autotune_off", "autotune_on")} == {"cpu"}
+        assert mirror.mirror_gemm.AUTOTUNE_OFF not in pair["autotune_off"]["xla_flags"]
+    assert res["mirror"]["budget_s"] == mirror.BUDGET_S
     assert [w["action"] for w in res["wheels"]] == ["install"]
     assert res["probe"]["backend"]["platform"] == "cpu"
     assert res["probe"]["backend"]["matmul_precision"] == "highest"
-    assert res["phases"][3]["loop"]["seed_updates_per_s"] > 0
+    assert res["phases"][4]["name"] == "measure" and res["phases"][4]["loop"][
+        "seed_updates_per_s"] > 0
     # one seed: the batch's program is the smoke's (the compilation cache serves it)
     assert res["plan"]["seed_list"] == [50] and res["finished"] == [50]
     assert res["plan"]["updates_per_seed"] == 9

@@ -333,6 +333,7 @@ def _cases(tmp_path):
         ("manifest", ["check", str(a_file)], "not a directory"),
         ("pipeline", ["frobnicate"], "invalid choice"),
         ("accel.phases", ['{"kind": "train"}'], "kind is one of probe, step, loop"),
+        ("accel.mirror", ["--platform", "rocm"], "the mirror probe runs on cpu, cuda, tpu"),
         # the benchmarks' scripts
         ("benchmarks/pair_ratio.py", ["--pairs", "100000"], "--pairs 100000: must lie in"),
         ("benchmarks/pair_ratio.py", ["--out", str(a_dir)], "an existing directory"),

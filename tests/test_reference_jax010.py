@@ -54,7 +54,8 @@ def test_device_params_are_round_3_on_the_tpu_unless_changed():
 def test_the_wheels_are_the_jax010_lock_but_what_the_machine_holds_and_pyyaml():
     want = dev.wanted_wheels()
     lock = rs.read_lock(rs.lock_file("0.10.2"))
-    assert set(want) == (set(lock) - set(dev.PREINSTALLED)) | {"pyyaml"}
+    assert set(want) == (set(lock) - set(dev.preinstalled("tpu-v5e"))) | {"pyyaml"}
+    assert want == dev.wanted_wheels("tpu-v5e") and dev.image_differences() == {}
     assert all(want[n] == lock[n] for n in want if n in lock)
     assert {"tensorflow-probability", "chex", "dm-tree", "ruamel-yaml", "pyzmq"} <= set(want)
     assert not {"jax", "jaxlib", "numpy", "scipy"} & set(want)

@@ -93,6 +93,16 @@ def test_the_command_line_prints_one_json_line_and_refuses_in_one_line():
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_the_command_line_runs_default_at_jax_s_own_precision_whatever_the_environment():
+    # an inherited JAX_DEFAULT_MATMUL_PRECISION would make "default" another precision
+    env = {**ENV, "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
+    r = subprocess.run([*CLI, "--platform", "cpu"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert (got["precision"], got["process_precision"]) == ("default", None)
+
+
 def test_autotune_pair_on_the_cpu_runs_the_probe_twice_without_the_flag(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     got = mg.autotune_pair("cpu")

@@ -1,39 +1,49 @@
 #!/usr/bin/env python3
 """One reference seed on an accelerator's machine in one command, and what that machine needs.
 
-**Here** (main venv, with network; ``make tpu-reference``)::
+Two machines (``--machine``, :data:`MACHINES`, the one place each is described): ``tpu-v5e``
+(the default: one TPU v5e chip, CPython 3.11, jax and jaxlib 0.10.2 preinstalled; the
+reference on ``reference.jax: 0.10.2``) and ``gpu-h200`` (one NVIDIA H200, CPython 3.12, jax
+0.11.2 with its CUDA 13 plugin, optax, chex, flax, PyYAML preinstalled; ``reference.jax:
+0.11.2``).
 
-    python -m dreamer_parity.device_reference --prepare .tpu-ref
+**Here** (main venv, with network; ``make tpu-reference``, ``make gpu-reference``)::
 
-fills the git-ignored ``.tpu-ref/`` with what the TPU machine lacks for the reference on
-jax 0.10.2 (``reference.jax: 0.10.2``):
+    python -m dreamer_parity.device_reference [--machine M] --prepare DIR
 
-* ``wheels/``: one wheel per package of ``requirements-reference-jax010.lock`` that the
-  machine does not hold (all but :data:`PREINSTALLED`, which it holds at the lock's
-  versions), and PyYAML (``requirements.lock``'s version; the pipeline reads params.yaml
-  with it), for CPython 3.11 on x86-64 Linux, the oldest manylinux tag first;
+fills ``DIR`` (the git-ignored ``.tpu-ref/`` or ``.gpu-ref/``) with what machine ``M``
+lacks for the reference:
+
+* ``wheels/``: one wheel per package of the machine's reference lock
+  (``requirements-reference-jax010.lock``, ``-jax011.lock``) and of PyYAML
+  (``requirements.lock``'s version; the pipeline reads params.yaml with it) that the machine's
+  image does not hold (:func:`preinstalled`), for its CPython on x86-64 Linux, the oldest
+  manylinux tag first;
 * ``dreamerv3-29eb964.tar.gz``: the export of the reference checkout
   (``python -m dreamer_parity.reference.setup --export``), which proves its commit without
   git.
 
-**There** (the device machine: its ``python3`` holds jax, jaxlib 0.10.2, numpy, scipy)::
+**There** (the machine's own ``python3``)::
 
-    PYTHONPATH=src python3 -m dreamer_parity.device_reference --seed S --name NAME
+    PYTHONPATH=src python3 -m dreamer_parity.device_reference [--machine M] --seed S --name NAME
 
-in one command, with ``.tpu-ref/`` beside the checkout:
+in one command, with the prepared folder beside the checkout:
 
 1. installs the wheels into ``--site`` (``site`` in the temporary directory; ``pip --no-index --no-deps
    --target``), put at the end of ``PYTHONPATH`` so that the machine's own jax stays first
    (skipped when that folder already holds them: a warm machine);
 2. sets the reference up under ``--root`` (default as ``reference.setup``: the per-user
-   cache in ``$HOME``, so its compilation cache ``jaxcache-jax010`` serves the next call on
-   a warm machine) from the export, with this interpreter as the reference's
-   (``DREAMER_PARITY_REF_INTERPRETER``): no venv is made;
+   cache in ``$HOME``, so its compilation cache serves the next call on a warm machine) from
+   the export, with this interpreter as the reference's (``DREAMER_PARITY_REF_INTERPRETER``):
+   no venv is made;
 3. writes the round's parameters (:func:`device_params`: round 3's protocol, 24,000 rows,
-   an evaluation every 400 rows with 10 episodes, decode exact, sampler per_run, and
-   ``reference.jax: 0.10.2``, ``platform: tpu``, ``precision: highest``; ``--set KEY=VALUE``
+   an evaluation every 400 rows with 10 episodes, decode exact, sampler per_run, and the
+   machine's ``reference.jax`` and ``platform``, ``precision: highest``; ``--set KEY=VALUE``
    changes one) and runs the seed through the pipeline's reference stage
    (``python -m dreamer_parity.pipeline --params P reference --seed S --out RUN``);
+   ``run.json`` records ``XLA_FLAGS`` (``provenance.xla_flags``), the device kind
+   (``environment.device_kind``) and on a GPU its model, driver and autotuning level
+   (``provenance.gpu``);
 4. on success (``DONE.json`` status ok) writes ``$OUT/NAME.tar.gz``
    (:func:`dreamer_parity.archive.pack`: ``reference/s<S>/`` with ``records.jsonl``,
    ``episodes.jsonl``, ``run.json``, ``timing.json`` and ``DONE.json``; no ``params.npz``),
@@ -65,58 +75,135 @@ from dreamer_parity import archive  # standard library only
 from dreamer_parity import params as P
 from dreamer_parity import provenance, records
 from dreamer_parity import wheels as wheel_helper  # standard library only
+from dreamer_parity.accel import wheelsets
 from dreamer_parity.reference import setup as ref_setup
 
 REPO = Path(__file__).resolve().parents[2]
 #: The machine's temporary directory: where the wheels and the run go by default.
 TMP = Path(tempfile.gettempdir())
 
-#: What the TPU v5e machine measured holds besides Python 3.11 (docs/REFERENCE_RUN.md):
-#: jax and what jax needs, at requirements.lock's versions.
-PREINSTALLED = ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum")
-#: Besides the reference's lock: what the pipeline's own side needs there (params.load).
+#: The machines a seed runs on, each described here alone: ``jax`` (``reference.jax``, whose
+#: lock the wheels come from), ``python`` (the CPython of its wheels), ``platform``
+#: (``reference.platform``), what its image holds (``preinstalled``: names, at
+#: ``image_lock``'s versions; None: the lines of ``image_lock`` without a mark, the image's
+#: own packages), ``carry`` (the prepared folder, relative to the repository) and ``make``
+#: (the target that prepares it).  The TPU machine's set was measured there
+#: (docs/REFERENCE_RUN.md); the GPU machine's is ``requirements-gpu-cpu312.lock``'s image.
+MACHINES = {
+    "tpu-v5e": {"jax": "0.10.2", "python": "3.11", "platform": "tpu",
+                "preinstalled": ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum"),
+                "image_lock": "requirements.lock", "carry": ".tpu-ref", "make": "tpu-reference"},
+    "gpu-h200": {"jax": "0.11.2", "python": "3.12", "platform": "gpu", "preinstalled": None,
+                 "image_lock": wheelsets.GPU_LOCK, "carry": ".gpu-ref", "make": "gpu-reference"},
+}
+DEFAULT_MACHINE = "tpu-v5e"
+#: Besides the reference's lock: what the pipeline's own side needs there (params.load), at
+#: requirements.lock's version.
 ALSO = ("PyYAML",)
-#: The environment the device runs.
-JAX = "0.10.2"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
-def wanted_wheels() -> dict[str, str]:
-    """``{name: version}`` of the wheels copied to the accelerator's machine (module doc)."""
-    lock = ref_setup.read_lock(ref_setup.lock_file(JAX))
-    main = provenance.read_pins(REPO / "requirements.lock")
-    out = {n: v for n, v in lock.items() if n not in PREINSTALLED}
-    for n in ALSO:
-        if provenance.normalise(n) not in main:
-            raise RuntimeError(f"requirements.lock pins no version of {n}")
-        out[provenance.normalise(n)] = main[provenance.normalise(n)]
-    return dict(sorted(out.items()))
-
-
-def prepare(carry, source=None) -> dict:
-    """Fill ``carry`` (module doc); return ``{"wheels_mib", "export_mib", "wheels"}``."""
-    carry = Path(carry)
-    wheels = wheel_helper.download(wanted_wheels(), carry / "wheels")
-    archive = ref_setup.export(carry, source, log=lambda m: None)
-    mib = lambda n: round(n / 2**20, 2)  # noqa: E731
-    return {"wheels": [w.name for w in wheels],
-            "wheels_mib": mib(sum(w.stat().st_size for w in wheels)),
-            "export_mib": mib(archive.stat().st_size)}
-
-
-def device_params(seed: int, sets=()) -> dict:
-    """The parameters of one device seed: round 3's protocol on the TPU with
-    ``reference.jax`` 0.10.2 and precision ``highest``, ``sets`` (``KEY=VALUE``,
-    :func:`dreamer_parity.params.apply_set`) applied, validated.  The statistics keys,
-    which the reference stage does not read, are set to the smallest valid ones.
+def machine(name: str) -> dict:
+    """The :data:`MACHINES` entry of ``name``.
 
     Raises:
+      ValueError: one line naming the machines, for another name.
+    """
+    if name not in MACHINES:
+        raise ValueError(f"--machine: unknown value {name!r}; expected one of "
+                         f"{', '.join(MACHINES)}")
+    return MACHINES[name]
+
+
+def preinstalled(name: str = DEFAULT_MACHINE) -> dict[str, str]:
+    """``{normalised name: version}`` of what machine ``name``'s image holds that the
+    reference or the pipeline may use, at its ``image_lock``'s versions (:data:`MACHINES`).
+
+    Raises:
+      ValueError: an unknown machine; RuntimeError: a preinstalled name the image lock does
+        not pin.
+    """
+    m = machine(name)
+    lock = REPO / m["image_lock"]
+    pins = provenance.read_pins(lock)
+    names = (wheelsets.marked_names(lock, "") if m["preinstalled"] is None
+             else tuple(provenance.normalise(n) for n in m["preinstalled"]))
+    missing = [n for n in names if n not in pins]
+    if missing:
+        raise RuntimeError(f"{lock.name} pins no version of {', '.join(missing)}")
+    return {n: pins[n] for n in names}
+
+
+def _needed(name: str) -> dict[str, str]:
+    """``{normalised name: version}``: the machine's reference lock and :data:`ALSO`."""
+    out = dict(ref_setup.read_lock(ref_setup.lock_file(machine(name)["jax"])))
+    main = provenance.read_pins(REPO / "requirements.lock")
+    for n in map(provenance.normalise, ALSO):
+        if n not in main:
+            raise RuntimeError(f"requirements.lock pins no version of {n}")
+        out[n] = main[n]
+    return out
+
+
+def wanted_wheels(name: str = DEFAULT_MACHINE) -> dict[str, str]:
+    """``{name: version}`` of the wheels copied to machine ``name`` (module doc): what the
+    reference's lock and :data:`ALSO` need and its image (:func:`preinstalled`) lacks.
+
+    Raises:
+      ValueError: an unknown machine; RuntimeError: a lock without a needed pin.
+    """
+    held = preinstalled(name)
+    return dict(sorted((n, v) for n, v in _needed(name).items() if n not in held))
+
+
+def image_differences(name: str = DEFAULT_MACHINE) -> dict[str, dict[str, str]]:
+    """``{name: {"lock": version, "image": version}}``: the packages machine ``name``'s image
+    holds at another version than the reference's lock (or requirements.lock, for
+    :data:`ALSO`) pins; the machine's own is the one imported there (the wheels go last on
+    ``PYTHONPATH``), and the run records it (``run.json`` ``environment.off_lock``)."""
+    held, need = preinstalled(name), _needed(name)
+    return {n: {"lock": need[n], "image": held[n]} for n in sorted(held)
+            if n in need and need[n] != held[n]}
+
+
+def prepare(carry, source=None, name: str = DEFAULT_MACHINE) -> dict:
+    """Fill ``carry`` for machine ``name`` (module doc: the wheels of :func:`wanted_wheels`
+    for its CPython, then the export).
+
+    Returns:
+      ``{"machine", "wheels": [file names], "wheels_mib", "export_mib" (MiB, 2 decimals),
+      "image_differs": image_differences(name)}``.
+
+    Raises:
+      ValueError: an unknown machine; RuntimeError: pip's last line;
+      reference.setup.SetupError: the export failed.
+    """
+    carry, m = Path(carry), machine(name)
+    wheels = wheel_helper.download(wanted_wheels(name), carry / "wheels",
+                                   python_version=m["python"])
+    exported = ref_setup.export(carry, source, log=lambda msg: None)
+    mib = lambda n: round(n / 2**20, 2)  # noqa: E731
+    return {"machine": name, "wheels": [w.name for w in wheels],
+            "wheels_mib": mib(sum(w.stat().st_size for w in wheels)),
+            "export_mib": mib(exported.stat().st_size), "image_differs": image_differences(name)}
+
+
+def device_params(seed: int, sets=(), name: str = DEFAULT_MACHINE) -> dict:
+    """The parameters of one seed on machine ``name``: round 3's protocol with its
+    ``reference.jax`` and ``reference.platform`` (:data:`MACHINES`) and precision
+    ``highest``, ``sets`` (``KEY=VALUE``, :func:`dreamer_parity.params.apply_set`) applied,
+    validated.  The statistics keys, which the reference stage does not read, are set to the
+    smallest valid ones.
+
+    Raises:
+      ValueError: an unknown machine.
       ParamsError: a bad value (the one-line message every entry point prints).
     """
+    m = machine(name)
     raw = {"round": "device-reference", "profile": "full", "seeds": [seed], "rows": 24000,
            "eval_every": 400, "eval_episodes": 10,
-           "reference": {"decode": "exact", "sampler": "per_run", "jax": JAX, "platform": "tpu",
-                         "precision": "highest", "source": "run"}}
+           "reference": {"decode": "exact", "sampler": "per_run", "jax": m["jax"],
+                         "platform": m["platform"], "precision": "highest", "source": "run"}}
     for s in sets:
         P.apply_set(raw, s)
     if raw.get("seeds") != [seed]:
@@ -194,14 +281,17 @@ def _run(cmd, env, log, cwd=REPO) -> int:
     return proc.wait()
 
 
-def _install(wheels: Path, site: Path) -> str:
+def _install(wheels: Path, site: Path, make: str) -> str:
     files = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
-    return wheel_helper.install(files, site) if files else "no wheels carried"
+    return (wheel_helper.install(files, site) if files
+            else f"no wheels in {wheels} (`make {make}` prepares them)")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.device_reference", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--machine", choices=tuple(MACHINES), default=DEFAULT_MACHINE,
+                    help=f"the machine prepared for or run on (default {DEFAULT_MACHINE})")
     ap.add_argument("--prepare", metavar="DIR", default=None,
                     help="here: fill DIR with the wheels and the export, and exit")
     ap.add_argument("--source", default=None,
@@ -209,8 +299,9 @@ def main(argv=None) -> int:
                          "(default: $DREAMER_PARITY_REF_SOURCE or the set-up checkout)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--name", default=None, help="the archive's name: NAME.tar.gz in --out-dir")
-    ap.add_argument("--carry", default=str(REPO / ".tpu-ref"),
-                    help="the carried folder (wheels/ and the export; default .tpu-ref)")
+    ap.add_argument("--carry", default=None,
+                    help="the prepared folder (wheels/ and the export; default the machine's: "
+                         + ", ".join(f"{m['carry']} for {n}" for n, m in MACHINES.items()) + ")")
     ap.add_argument("--site", default=str(TMP / "site"),
                     help="where the wheels are installed (default: site in the temporary directory)")
     ap.add_argument("--root", default=None, help="reference set-up root (default as "
@@ -230,12 +321,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.prepare:
         try:
-            got = prepare(a.prepare, a.source)
+            got = prepare(a.prepare, a.source, a.machine)
         except (RuntimeError, ref_setup.SetupError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        print(f"{a.prepare}: {len(got['wheels'])} wheels, {got['wheels_mib']} MiB; export "
-              f"{got['export_mib']} MiB; copy {Path(a.prepare).name}/ with the working tree")
+        differs = ", ".join(f"{n} {v['image']} (lock {v['lock']})"
+                            for n, v in got["image_differs"].items()) or "none"
+        print(f"{a.prepare}: {a.machine}: {len(got['wheels'])} wheels, {got['wheels_mib']} MiB; "
+              f"export {got['export_mib']} MiB; the image's versions that differ from the "
+              f"lock: {differs}; copy {Path(a.prepare).name}/ with the working tree")
         return 0
     if a.seed is None or a.name is None or not a.out_dir:
         print("error: --seed, --name and --out-dir (or $OUT) are needed", file=sys.stderr)
@@ -245,7 +339,7 @@ def main(argv=None) -> int:
               f"(got {a.seed}, {a.name!r})", file=sys.stderr)
         return 2
     try:
-        p = device_params(a.seed, a.set)
+        p = device_params(a.seed, a.set, a.machine)
     except P.ParamsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -254,11 +348,13 @@ def main(argv=None) -> int:
     log = _Log(out_dir / f"{a.name}.log")
     work = Path(a.work) if a.work else TMP / "device-reference" / a.name
     run_dir = records.run_dir(work / "results", "reference", a.seed)
-    carry, site = Path(a.carry), Path(a.site)
+    carry = Path(a.carry) if a.carry else REPO / MACHINES[a.machine]["carry"]
+    site = Path(a.site)
     t0 = time.time()
     env = dict(os.environ)
     try:
-        log(f"[device] {_install(carry / 'wheels', site)} ({time.time() - t0:.1f} s)")
+        did = _install(carry / "wheels", site, MACHINES[a.machine]["make"])
+        log(f"[device] {did} ({time.time() - t0:.1f} s)")
     except RuntimeError as e:
         log(f"[device] error: {e}")
         return 2
@@ -280,6 +376,7 @@ def main(argv=None) -> int:
     pfile = work / "params.yaml"
     pfile.write_text(json.dumps(p, indent=1) + "\n")   # JSON is YAML
     r = p["reference"]
+    log(f"[device] {a.machine}: XLA_FLAGS {os.environ.get('XLA_FLAGS', '')!r}")
     log(f"[device] seed {a.seed}: profile {p['profile']}, rows {p['rows']}, eval every "
         f"{p['eval_every']} ({p['eval_episodes']} episodes), decode {r['decode']}, sampler "
         f"{r['sampler']}, jax {r['jax']}, platform {r['platform']}, precision {r['precision']}")
@@ -299,7 +396,11 @@ def main(argv=None) -> int:
         return 1
     try:
         timing = records.read_json(run_dir / "timing.json")
-        env_rec = records.read_json(run_dir / "run.json").get("environment", {})
+        run_json = records.read_json(run_dir / "run.json")
+        env_rec = run_json.get("environment", {})
+        gpus = ((run_json.get("provenance") or {}).get("gpu") or {}).get("gpus") or []
+        if gpus:
+            log(f"[device] GPU {gpus[0].get('name')}, driver {gpus[0].get('driver')}")
         log(f"[device] {env_rec.get('backend')} ({env_rec.get('device_kind')}), precision "
             f"{env_rec.get('matmul_precision')}, shims {env_rec.get('shims')}; build and compile "
             f"{timing.get('build_compile_s', 0):.1f} s, {timing.get('updates')} updates at "

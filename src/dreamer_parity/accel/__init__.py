@@ -5,6 +5,7 @@ One job a module: ``wheelsets`` (the wheels each machine gets: fetched here, ins
 ``options`` (the check's command line and its checks), ``phases`` (what one phase measures,
 in a child process of its own), ``outcome`` (a child's outcome, the device-CPU differences,
 the summary and its table), ``check`` (the parent: the phases in order inside the budget, the
-JSON) and ``deadline`` (how many seeds one program finishes before a deadline).  None imports
-jax at import time: the phases' children do.
+JSON), ``deadline`` (how many seeds one program finishes before a deadline) and ``mirror``
+(the GPU call's mirror-column probe of the reference's heads).  None imports jax at import
+time: the phases' children do.
 """

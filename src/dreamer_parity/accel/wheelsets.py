@@ -58,14 +58,21 @@ def wheel_set(versions: str) -> dict:
     return WHEEL_SETS.get(versions, WHEEL_SETS["none"])
 
 
-def shipped_names(lock) -> tuple[str, ...]:
-    """The normalised names of the ``name==version  # shipped`` lines of the file ``lock``."""
+def marked_names(lock, mark: str) -> tuple[str, ...]:
+    """The normalised names of the ``name==version  # <mark>`` lines of the file ``lock``, in
+    file order; ``mark`` ``""``: the lines without a mark (in :data:`GPU_LOCK`, the image's
+    own packages)."""
     out = []
     for line in Path(lock).read_text().splitlines():
-        body, _, mark = line.partition("#")
-        if "==" in body and mark.strip() == "shipped":
+        body, _, found = line.partition("#")
+        if "==" in body and found.strip() == mark:
             out.append(provenance.normalise(body.split("==", 1)[0].strip()))
     return tuple(out)
+
+
+def shipped_names(lock) -> tuple[str, ...]:
+    """The normalised names of the ``name==version  # shipped`` lines of the file ``lock``."""
+    return marked_names(lock, "shipped")
 
 
 def plan_wheels(wheel_dir) -> list[dict]:

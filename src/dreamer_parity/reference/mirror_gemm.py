@@ -72,6 +72,7 @@ PLATFORMS = ("cpu", "cuda", "tpu")
 BACKENDS = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
 #: ``--precision``: ``default`` sets nothing; ``highest`` is set as
 #: ``jax_default_matmul_precision`` (as the reference runner sets ``reference.precision``).
+#: The command line drops ``$JAX_DEFAULT_MATMUL_PRECISION``: ``default`` is jax's own.
 PRECISIONS = ("default", "highest")
 #: The XLA flag of the autotuning-off run (:func:`autotune_pair`, GPU only).
 AUTOTUNE_OFF = "--xla_gpu_autotune_level=0"
@@ -167,8 +168,10 @@ def probe(precision: str = "default", rows: dict | None = None, units: int = UNI
         product.
 
     Returns:
-      ``{"backend", "device_kind", "jax", "precision", "xla_flags", "results": {name:
-      {"forward": ..., "gradient": ...}}}``, each product :func:`mirror_diff`'s dict plus
+      ``{"backend", "device_kind", "jax", "precision", "process_precision", "xla_flags",
+      "results": {name: {"forward": ..., "gradient": ...}}}`` (``process_precision``: the
+      process's ``jax_default_matmul_precision`` outside the probe, None for jax's own
+      default, which ``default`` runs at), each product :func:`mirror_diff`'s dict plus
       ``"shape"`` (the result's) and ``"gemm"`` (:func:`_gemm_kinds` of its compiled
       program: which GEMM implementation the compiler chose).
 
@@ -185,6 +188,7 @@ def probe(precision: str = "default", rows: dict | None = None, units: int = UNI
 
     ctx = (jax.default_matmul_precision(precision) if precision != "default"
            else contextlib.nullcontext())
+    process_precision = jax.config.jax_default_matmul_precision
 
     def forward(x, w, b):
         return x @ w + b
@@ -209,6 +213,7 @@ def probe(precision: str = "default", rows: dict | None = None, units: int = UNI
     dev = jax.devices()[0]
     return {"backend": jax.default_backend(), "device_kind": dev.device_kind,
             "jax": jax.__version__, "precision": precision,
+            "process_precision": None if process_precision is None else str(process_precision),
             "xla_flags": os.environ.get("XLA_FLAGS", ""), "results": results}
 
 
@@ -279,6 +284,8 @@ def main(argv=None) -> int:
             print(json.dumps(autotune_pair(a.platform, a.precision), sort_keys=True))
             return 0
         os.environ["JAX_PLATFORMS"] = a.platform
+        # the precision is --precision's alone: an inherited setting would make "default" another
+        os.environ.pop("JAX_DEFAULT_MATMUL_PRECISION", None)
         import jax
 
         try:
