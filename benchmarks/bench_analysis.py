@@ -37,15 +37,15 @@ def main(argv=None) -> int:
     from dreamer_parity.analysis import compare, plots
     t_import = time.perf_counter() - t0
     try:
-        params = P.load(a.params)
-        dirs = sides.resolve(params, REPO, ["reference", "candidate"])
+        round_ = P.load_round(a.params)
+        dirs = sides.resolve(round_, REPO, ["reference", "candidate"])
     except (P.ParamsError, sides.SideError, FileNotFoundError) as e:
         print(f"bench_analysis: error: {e}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         t = time.perf_counter()
-        res = compare.analyse(params, dirs["reference"], dirs["candidate"])
+        res = compare.analyse(round_, dirs["reference"], dirs["candidate"])
         t_analyse = time.perf_counter() - t
         t = time.perf_counter()
         compare.write_outputs(res, tmp / "metrics", tmp / "metrics" / "plots", tmp / "report.md",
@@ -63,8 +63,8 @@ def main(argv=None) -> int:
         t_cli = time.perf_counter() - t
     n = {side: len(res["seeds"][side]) for side in ("reference", "candidate")}
     total = t_analyse + t_outputs + t_figures
-    print(f"analysis benchmark: round {params['round']}, {n['reference']} reference and "
-          f"{n['candidate']} candidate seeds, {len(P.eval_points(params))} evaluation points")
+    print(f"analysis benchmark: round {round_.name}, {n['reference']} reference and "
+          f"{n['candidate']} candidate seeds, {len(round_.protocol.points)} evaluation points")
     print(f"  imports (pandas, scipy, matplotlib)  {t_import:7.2f} s")
     print(f"  load + statistics + checks          {t_analyse:7.2f} s")
     print(f"  summary.json + CSVs + report        {t_outputs:7.2f} s")

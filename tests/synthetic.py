@@ -19,7 +19,8 @@ import numpy as np
 from dreamer_parity import manifest as manifest_mod
 from dreamer_parity import records, schedule
 from dreamer_parity.analysis.checks import REFERENCE_COMMIT
-from dreamer_parity.params import eval_points, side_seeds, validate
+from dreamer_parity.params import eval_points, validate
+from dreamer_parity.round_spec import Round
 
 __all__ = ["write_run", "write_round", "episodes_for", "METRICS", "reseal", "write_params",
            "params_text", "ROUND1_PARAMS"]
@@ -138,8 +139,9 @@ def reseal(directory) -> Path:
 def write_round(root, params: dict, eval_fns: dict | None = None, fail: dict | None = None,
                 manifest: bool = False) -> dict:
     """Write both sides of a round under ``root/reference`` and ``root/candidate``, each
-    with its own seeds (:func:`dreamer_parity.params.side_seeds`: ``candidate.seeds`` where
-    the params name the candidate's own list, else ``seeds``).
+    with its own seeds (:attr:`dreamer_parity.round_spec.RoundSide.seeds` of the round of
+    ``params``: ``candidate.seeds`` where the params name the candidate's own list, else
+    ``seeds``).
 
     Args:
       eval_fns: ``{side: eval_fn}`` (see :func:`write_run`).
@@ -150,8 +152,9 @@ def write_round(root, params: dict, eval_fns: dict | None = None, fail: dict | N
       ``{"reference": Path, "candidate": Path}``.
     """
     out = {}
+    round_ = Round.from_params(validate(params))
     for side in records.SIDES:
-        for s in side_seeds(params, side):
+        for s in round_.side(side).seeds:
             write_run(Path(root) / side, side, s, params, (eval_fns or {}).get(side),
                       (fail or {}).get((side, s)), manifest=manifest)
         out[side] = Path(root) / side

@@ -11,6 +11,7 @@ from scipy import stats as sps
 from dreamer_parity.analysis import additions, compare, metrics_out
 import synthetic  # tests/synthetic.py
 from dreamer_parity.params import validate
+from dreamer_parity.round_spec import Round
 
 C = np.array([300.0, 310.0, 295.0, 305.0, 290.0])
 R = np.array([302.0, 298.0, 315.0, 300.0, 306.0])
@@ -160,7 +161,7 @@ def test_compare_writes_the_additions(tmp_path):
 
     root = tmp_path / "runs"
     synthetic.write_round(root, params, eval_fns={"candidate": collapsing, "reference": steady})
-    res = compare.analyse(params, root / "reference", root / "candidate")
+    res = compare.analyse(Round.from_params(params), root / "reference", root / "candidate")
     add = res["additions"]
     assert add["primary"] == "LATE" and add["primary_points"] == [1200, 1600, 2000, 2400]
     plots = tmp_path / "plots"
@@ -185,7 +186,7 @@ def test_compare_writes_the_additions(tmp_path):
     for name in ("iqm.png", "performance_profile.png"):
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # identical reruns
-    again = compare.analyse(params, root / "reference", root / "candidate")
+    again = compare.analyse(Round.from_params(params), root / "reference", root / "candidate")
     assert metrics_out.summary(again) == metrics_out.summary(res)
 
 
@@ -194,7 +195,7 @@ def test_primary_is_s1_without_late_rows(tmp_path):
     params = validate(raw)
     root = tmp_path / "runs"
     synthetic.write_round(root, params)
-    res = compare.analyse(params, root / "reference", root / "candidate")
+    res = compare.analyse(Round.from_params(params), root / "reference", root / "candidate")
     add = res["additions"]
     assert add["primary"] == "S1" and add["primary_points"] == [1600, 2000, 2400]
     # default synthetic runs: every seed and side identical
@@ -215,7 +216,7 @@ ROUND3 = {"round": "round3-candidate", "decode": "exact", "seeds": [0, 1, 2, 3, 
 
 def test_published_round3(published_dir):
     d = published_dir / "round3"
-    res = compare.analyse(validate(ROUND3), d, d / "ajax")
+    res = compare.analyse(Round.from_params(validate(ROUND3)), d, d / "ajax")
     add = res["additions"]
     t = add["tost"]
     assert add["primary"] == "LATE"

@@ -8,6 +8,7 @@ from dreamer_parity import records, sides
 from dreamer_parity.analysis import checks, load
 import synthetic  # tests/synthetic.py
 from dreamer_parity.params import eval_points, validate
+from dreamer_parity.round_spec import Round
 
 PARAMS = validate({"round": "t", "seeds": [0, 1], "rows": 1200, "eval_every": 400, "eval_episodes": 2,
                    "profile": "smoke", "stats": {"s1_rows": [400, 800, 1200], "concordance_rows": [1200],
@@ -18,7 +19,7 @@ def _run_checks(params, root):
     ref = load.load_side(root / "reference", "reference", params["seeds"])
     cand = load.load_side(root / "candidate", "candidate", params["seeds"])
     load.check_eval_rows(ref + cand, eval_points(params))
-    return checks.run_checks(params, ref, cand)
+    return checks.run_checks(Round.from_params(params), ref, cand)
 
 
 def _status(cs, name, side="candidate", seed=0):
@@ -192,10 +193,10 @@ def test_nested_side_directory_and_params_in_config(tmp_path):
     run["args"] = {"params": "params.yaml", "out": "<repo>/results/candidate"}
     _write_run(d, run)
     ref = load.load_side(tmp_path / "out" / "reference", "reference", PARAMS["seeds"])
-    cs = checks.run_checks(PARAMS, ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
+    cs = checks.run_checks(Round.from_params(PARAMS), ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
     c = _status(cs, "config", "candidate", 0)
     assert c.status == "PASS", c.detail
     run["config"]["params"] = dict(PARAMS, rows=2400)
     _write_run(d, run)
-    cs = checks.run_checks(PARAMS, ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
+    cs = checks.run_checks(Round.from_params(PARAMS), ref, load.load_side(cand, "candidate", PARAMS["seeds"]))
     assert "rows 2400 != 1200" in _status(cs, "config", "candidate", 0).detail

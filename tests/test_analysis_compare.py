@@ -10,13 +10,15 @@ import pytest
 from dreamer_parity import records
 from dreamer_parity.analysis import compare, load, metrics_out, stats
 import synthetic  # tests/synthetic.py
-from dreamer_parity.params import load as load_params, validate
+from dreamer_parity.params import load_round, validate
+from dreamer_parity.round_spec import Round
 
 RAW = {"round": "t3", "seeds": [0, 1, 2], "rows": 2400, "eval_every": 400, "eval_episodes": 2,
        "profile": "smoke",
        "stats": {"s1_rows": [1600, 2000, 2400], "late_rows": [1200, 2400],
                  "concordance_rows": [2000, 2400], "concordance_range": [1600, 2400]}}
 PARAMS = validate(RAW)
+ROUND = Round.from_params(PARAMS)
 
 
 def _cli(tmp_path, root, extra=(), params=RAW):
@@ -118,14 +120,14 @@ def test_different_evaluation_rows_are_an_error(tmp_path):
     # its run.json says so: refused as a run of other parameters, before its rows are read
     with pytest.raises(records.RecordError, match=r"s1/run.json: eval_every 800 != 400: the run "
                                                   r"was made with other parameters"):
-        compare.analyse(PARAMS, root / "reference", root / "candidate")
+        compare.analyse(ROUND, root / "reference", root / "candidate")
     # a run.json that claims the round's grid: its rows give it away
     run = records.read_json(d / "run.json")
     run["args"]["eval_every"] = 400
     records.write_json(d / "run.json", run)
     records.write_done(d, "ok")
     with pytest.raises(load.AnalysisError, match=r"candidate seed 1 .*missing rows \[400, 1200, 2000\]"):
-        compare.analyse(PARAMS, root / "reference", root / "candidate")
+        compare.analyse(ROUND, root / "reference", root / "candidate")
 
 
 def test_statistic_rows_missing_from_a_run_are_named(tmp_path):
@@ -150,7 +152,8 @@ def test_failed_seed_scores_zero_and_is_reported(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     synthetic.write_round(root, PARAMS, eval_fns={s: (lambda n, seed: [500.0, 500.0]) for s in records.SIDES},
                           fail={("candidate", 1): 2000})
-    res = compare.analyse(PARAMS, root / "reference", root / "candidate")
+    res = compare.analyse(ROUND, root / "reference", root / "candidate")
+    assert res["round"] is ROUND and res["seeds"] == ROUND.seeds()   # passed on, not re-derived
     s1 = res["s1"]["values"]["candidate"]
     assert list(s1) == [500.0, 500.0 / 3, 500.0]  # 1600 counts, 2000 and 2400 score 0
     assert list(res["late"]["values"]["candidate"]) == [500.0, 250.0, 500.0]
@@ -168,7 +171,7 @@ def test_failed_seed_scores_zero_and_is_reported(tmp_path, monkeypatch):
 def test_constant_500_everywhere_has_no_nan_and_reasons(tmp_path):
     root = tmp_path / "runs"
     synthetic.write_round(root, PARAMS, eval_fns={s: (lambda n, seed: [500.0, 500.0]) for s in records.SIDES})
-    res = compare.analyse(PARAMS, root / "reference", root / "candidate")
+    res = compare.analyse(ROUND, root / "reference", root / "candidate")
     s = metrics_out.summary(res)
     _no_nan(json.dumps(s, allow_nan=True))
     assert s["S1.A"] == 500.0 and s["S1.welch_t"] is None and s["S1.welch.reason"]
@@ -192,7 +195,7 @@ def test_training_windows_overlap_relative_embed_and_null_windows(tmp_path):
                 "vector_loss": None, "reward_loss": 0.7}
     for s in PARAMS["seeds"]:
         synthetic.write_run(root / "candidate", "candidate", s, PARAMS, train_fn=shifted)
-    res = compare.analyse(PARAMS, root / "reference", root / "candidate")
+    res = compare.analyse(ROUND, root / "reference", root / "candidate")
     t = res["windows"]["table"]
     assert res["entropy"] == {"overlap": 0, "windows": 6, "reason": None}
     ent = t[t["metric"] == stats.ENTROPY].iloc[0]
@@ -229,9 +232,9 @@ def test_the_same_seeds_in_another_order_give_byte_identical_outputs(tmp_path):
     outputs = {}
     for order in ([4, 3, 2, 1, 0], [0, 1, 2, 3, 4]):
         out = tmp_path / "-".join(map(str, order))
-        params = load_params(synthetic.write_params(out / "params.yaml", {**raw, "seeds": order}))
-        assert params["seeds"] == [0, 1, 2, 3, 4]
-        res = compare.analyse(params, root / "reference", root / "candidate")
+        round_ = load_round(synthetic.write_params(out / "params.yaml", {**raw, "seeds": order}))
+        assert round_.reference.seeds == round_.candidate.seeds == (0, 1, 2, 3, 4)
+        res = compare.analyse(round_, root / "reference", root / "candidate")
         compare.write_outputs(res, out / "metrics", out / "metrics" / "plots",
                               out / "report.md", figures=False)
         outputs[tuple(order)] = {str(p.relative_to(out)): p.read_bytes()

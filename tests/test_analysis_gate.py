@@ -9,6 +9,7 @@ import pytest
 from dreamer_parity.analysis import compare, gate
 import synthetic  # tests/synthetic.py
 from dreamer_parity.params import validate
+from dreamer_parity.round_spec import Gate, Round
 
 LEARNING_CHECK = {"round": "round1", "profile": "full", "seeds": [0, 1, 2], "rows": 20000,
                   "eval_every": 2000, "eval_episodes": 10, "decode": "exact",
@@ -32,7 +33,8 @@ def _candidate(root, params, s1, ent):
 def _gate(published_dir, tmp_path, s1, ent):
     params = validate(LEARNING_CHECK)
     cand = _candidate(tmp_path / "cand", params, s1, ent)
-    return gate.evaluate(params, compare.analyse(params, published_dir / "round2", cand))
+    round_ = Round.from_params(params)
+    return gate.evaluate(round_.gate, compare.analyse(round_, published_dir / "round2", cand))
 
 
 def test_learning_check_gate_passes(published_dir, tmp_path):
@@ -72,7 +74,8 @@ def test_round3_gate_on_the_studys_candidate(published_dir):
                                  "concordance_rows": [20000, 24000],
                                  "concordance_range": [16000, 24000]},
                        "gate": {"statistic": "late", "learns": True, "welch_p_min": 0.05}})
-    g = gate.evaluate(params, compare.analyse(params, d, d / "ajax"))
+    round_ = Round.from_params(params)
+    g = gate.evaluate(round_.gate, compare.analyse(round_, d, d / "ajax"))
     assert g["pass"] is False
     learns, p = g["parts"]["learns"], g["parts"]["welch_p"]
     assert learns["ok"] is False and p["ok"] is True
@@ -82,7 +85,7 @@ def test_round3_gate_on_the_studys_candidate(published_dir):
 
 
 def test_no_gate_and_undecidable_entropy(published_dir, tmp_path):
-    assert gate.evaluate(validate({}), {})["pass"] is None
+    assert gate.evaluate(Round.from_params(validate({})).gate, {})["pass"] is None
     d = published_dir / "round3"                   # the study published no round-3 windows
     side = {"dir": str(d), "layout": "published", "runs": []}
     r = gate.reference_entropy_range(side, 4000)
@@ -97,9 +100,9 @@ def test_an_undecided_welch_part_explains_its_nulls():
     from dreamer_parity.analysis import metrics_out, stats
 
     dec = {"A": 285.9, "lo": 307.6, "LEARNS": False, "welch": stats.welch([285.9], [307.6])}
-    params = {"gate": {"statistic": "late", "learns": True, "mean_min": None,
-                       "welch_p_min": 0.05, "entropy_overlap_rows": None}}
-    g = gate.evaluate(params, {"late": {"decision": dec}, "checks": []})
+    rule = Gate(statistic="late", learns=True, mean_min=None, welch_p_min=0.05,
+                entropy_overlap_rows=None)
+    g = gate.evaluate(rule, {"late": {"decision": dec}, "checks": []})
     flat = gate.flat_keys(g)
     assert flat["gate.welch_p.value"] is None and flat["gate.welch_p.ok"] is None
     assert flat["gate.welch_p.reason"] == "needs at least 2 seeds per side (candidate 1, reference 1)"

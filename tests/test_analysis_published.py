@@ -11,6 +11,7 @@ from dreamer_parity import sides
 from dreamer_parity.analysis import compare, load, metrics_out, published, published_tables, stats
 from dreamer_parity.params import validate
 import synthetic  # tests/synthetic.py
+from dreamer_parity.round_spec import Round
 
 SEEDS = [0, 1, 2]
 S1_ROWS = [16000, 18000, 20000]
@@ -107,5 +108,6 @@ def test_cli_on_published_round1(published_dir, tmp_path, monkeypatch):
 def test_reference_source_param_selects_published(published_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(published_dir.parents[1])             # the repository root
     params = validate({"reference": {"source": "data/published/round2"}})
-    res = compare.analyse(params, params["reference"]["source"], published_dir / "round1" / "ajax")
+    res = compare.analyse(Round.from_params(params), params["reference"]["source"],
+                          published_dir / "round1" / "ajax")
     assert res["s1"]["decision"]["lo"] == pytest.approx(265.1666666666667, abs=1e-9)

@@ -11,6 +11,7 @@ from dreamer_parity.analysis import published_tables, published_windows
 import synthetic  # tests/synthetic.py
 from dreamer_parity.analysis.load import AnalysisError, load_side
 from dreamer_parity.params import validate
+from dreamer_parity.round_spec import Round
 
 ROUND1 = "round1/compare.md"
 ENT = "ent/action/mean"
@@ -110,7 +111,7 @@ def test_malformed_published_cell_names_the_csv_line(tmp_path):
 def test_compare_reports_the_windows_for_sides_with_training_metrics(tmp_path):
     from dreamer_parity.analysis import compare, metrics_out, report
     synthetic.write_round(tmp_path, PARAMS)
-    res = compare.analyse(PARAMS, tmp_path / "reference", tmp_path / "candidate")
+    res = compare.analyse(Round.from_params(PARAMS), tmp_path / "reference", tmp_path / "candidate")
     pw = res["published_windows"]
     assert pw["reason"] is None
     assert sorted(k[:2] for k in pw["tables"]) == [
@@ -129,7 +130,7 @@ def test_compare_reports_the_windows_for_sides_with_training_metrics(tmp_path):
                    "reference": {"decode": "exact", "sampler": "per_run",
                                  "source": "data/published/round3"}})
     synthetic.write_round(tmp_path / "r3", r3)
-    res = compare.analyse(r3, published_windows.TABLE_CSV.parent / "round3",
+    res = compare.analyse(Round.from_params(r3), published_windows.TABLE_CSV.parent / "round3",
                           tmp_path / "r3" / "candidate")
     assert sorted(k[:2] for k in res["published_windows"]["tables"]) == [
         ("candidate", "round1/compare.md"), ("candidate", "round2/pairE/compare.md")]

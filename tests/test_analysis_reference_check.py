@@ -10,6 +10,7 @@ from dreamer_parity.analysis import compare, metrics_out, reference_check, repor
 import synthetic  # tests/synthetic.py
 from dreamer_parity.analysis.load import load_side
 from dreamer_parity.params import load, smoke_params, validate
+from dreamer_parity.round_spec import Round
 
 PUB = reference_check.PUBLISHED_DIR
 
@@ -21,14 +22,16 @@ def _round1(seeds=(0,)):
 
 
 def test_matching_rounds_by_grid_then_protocol():
-    assert reference_check.matching_rounds(_round1()) == [("round1", True), ("round2", False)]
+    assert reference_check.matching_rounds(Round.from_params(_round1())) == [
+        ("round1", True), ("round2", False)]
     exact = _round1()
     exact["reference"] = {**exact["reference"], "decode": "exact"}
-    assert reference_check.matching_rounds(exact) == [("round2", True), ("round1", False)]
+    assert reference_check.matching_rounds(Round.from_params(exact)) == [
+        ("round2", True), ("round1", False)]
     r3 = validate({"round": "r3", "rows": 24000, "eval_every": 400,
                    "reference": {"decode": "exact", "sampler": "per_run"}})
-    assert reference_check.matching_rounds(r3) == [("round3", True)]
-    assert reference_check.matching_rounds(smoke_params()) == []
+    assert reference_check.matching_rounds(Round.from_params(r3)) == [("round3", True)]
+    assert reference_check.matching_rounds(Round.from_params(smoke_params())) == []
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def checked(tmp_path_factory):
     timing = json.loads(t.read_text())
     records.write_json(t, {**timing, "first_update_row": 1040, "flush_episodes": 0,
                            "s_per_update_loop": 0.9})
-    return params, compare.analyse(params, d / "reference", d / "candidate")
+    return params, compare.analyse(Round.from_params(params), d / "reference", d / "candidate")
 
 
 def test_published_values_are_the_studys(checked):
@@ -89,7 +92,7 @@ def test_counts_that_differ_are_named(checked):
     run.evals.loc[run.evals["rows"] == 4000, "updates"] = 1480
     run.timing["flush_episodes"] = 3
     try:
-        e = reference_check.check(params, res)["rounds"][0]
+        e = reference_check.check(res["round"], res)["rounds"][0]
     finally:
         run.evals.loc[run.evals["rows"] == 4000, "updates"] = 1481
         run.timing["flush_episodes"] = 0
@@ -105,13 +108,13 @@ def test_a_published_reference_or_another_grid_gives_no_check(tmp_path):
     d = PUB / "round1"
     params = _round1((0, 1, 2))
     params["reference"] = {**params["reference"], "source": "data/published/round1"}
-    res = compare.analyse(params, d, d / "ajax")
+    res = compare.analyse(Round.from_params(params), d, d / "ajax")
     assert res["published_reference"] is None
     odd = validate({**_round1(), "rows": 8000,
                     "stats": {**_round1()["stats"], "s1_rows": [8000], "concordance_rows": [8000],
                               "concordance_range": [4000, 8000]}})
     synthetic.write_round(tmp_path, odd)
-    res = compare.analyse(odd, tmp_path / "reference", tmp_path / "candidate")
+    res = compare.analyse(Round.from_params(odd), tmp_path / "reference", tmp_path / "candidate")
     assert res["published_reference"]["rounds"] == []
     assert "rows 8000, eval_every 2000" in res["published_reference"]["reason"]
 
@@ -135,7 +138,7 @@ def test_same_seed_finds_where_the_episodes_part(checked):
         m = reference_check.same_seed(run, pub[0])
         assert m["equal"][:4] == [True, True, True, False]
         assert (m["equal_through"], m["first_differ"]) == (6000, 8000)
-        e = reference_check.check(params, res)["rounds"][0]
+        e = reference_check.check(res["round"], res)["rounds"][0]
         assert e["same_seed"][0]["equal_through"] == 6000
         rc = {"rounds": [e], "reason": None, "seeds": [0]}
         assert reference_check.summary_keys(rc)[
@@ -148,6 +151,6 @@ def test_same_seed_finds_where_the_episodes_part(checked):
     # a seed the study did not run gets no entry
     run.seed = 7
     try:
-        assert reference_check.check(params, res)["rounds"][0]["same_seed"] == []
+        assert reference_check.check(res["round"], res)["rounds"][0]["same_seed"] == []
     finally:
         run.seed = 0

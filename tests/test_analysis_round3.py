@@ -11,6 +11,7 @@ import pytest
 
 from dreamer_parity.analysis import compare, report
 from dreamer_parity.params import validate
+from dreamer_parity.round_spec import Round
 
 ROUND3 = {"round": "round3-candidate", "decode": "exact", "seeds": [0, 1, 2, 3, 4],
           "rows": 24000, "eval_every": 400,
@@ -24,7 +25,7 @@ ROUND3 = {"round": "round3-candidate", "decode": "exact", "seeds": [0, 1, 2, 3, 
 def round3(published_dir):
     d = published_dir / "round3"
     expected = json.loads((d / "analysis3.json").read_text())
-    return expected, compare.analyse(validate(ROUND3), d, d / "ajax")
+    return expected, compare.analyse(Round.from_params(validate(ROUND3)), d, d / "ajax")
 
 
 def test_late_and_welch_p(round3):
@@ -77,7 +78,7 @@ def test_study_candidate_is_context_and_gate_fails_on_late(round3, published_dir
     assert s["context.study_candidate.LATE.mean"] == pytest.approx(265.4258102909211, abs=1e-9)
     assert metrics_out.missing_reasons(s) == []
     # a records-layout reference has no study candidate beside it
-    assert compare.study_candidate(validate(ROUND3), {"layout": "records", "dir": "x"},
+    assert compare.study_candidate(res["round"], {"layout": "records", "dir": "x"},
                                    res["points"]) is None
 
 
@@ -100,7 +101,7 @@ def test_plain_words_from_the_numbers(published_dir):
     d = published_dir / "round3"
     params = validate({**ROUND3, "gate": {"statistic": "late", "learns": True,
                                           "welch_p_min": 0.05}})
-    res = compare.analyse(params, d, d / "ajax")
+    res = compare.analyse(Round.from_params(params), d, d / "ajax")
     text = "\n".join(report.plain_words(res))
     assert "candidate mean **265.4** (seeds 198.3 to 321.1)" in text
     assert "reference mean **312.7** (seeds 270.3 to 346.7)" in text
@@ -113,12 +114,12 @@ def test_plain_words_from_the_numbers(published_dir):
     # a gate that passes says so, and nothing about a failure
     passing = validate({**ROUND3, "gate": {"statistic": "late", "welch_p_min": 0.05}})
     text = "\n".join(report.plain_words(
-        compare.analyse(passing, d, d / "ajax")))
+        compare.analyse(Round.from_params(passing), d, d / "ajax")))
     assert ("**The pre-registered gate passed**: every part held: Welch's p 0.122 is at least "
             "0.05, so these seeds show no difference between the sides at that level.") in text
     assert "failed" not in text and "lowest reference seed" not in text   # LEARNS is False here
     learns_only = validate({**ROUND3, "gate": {"statistic": "late", "learns": True}})
-    res = compare.analyse(learns_only, d, d / "ajax")
+    res = compare.analyse(Round.from_params(learns_only), d, d / "ajax")
     res["late"]["decision"]["LEARNS"] = True            # as if the candidate had reached 270.3
     res["gate"]["parts"]["learns"]["ok"] = True
     res["gate"]["pass"] = True

@@ -29,6 +29,7 @@ import synthetic  # tests/synthetic.py
 from dreamer_parity import params as P
 from dreamer_parity import sides
 from dreamer_parity.analysis import additions, compare, metrics_out, report
+from dreamer_parity.round_spec import Round
 
 REPO = Path(__file__).resolve().parents[1]
 REF_SEEDS, CAND_SEEDS = [0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6]
@@ -45,6 +46,7 @@ RAW = {"round": "unequal", "seeds": [3, 1, 0, 2], "rows": 2400, "eval_every": 40
                  "equivalence_margin": 0.1, "signature_rows": [800, 1600],
                  "persistence_rows": [800, 2400]}}
 PARAMS = P.validate(RAW)
+ROUND = Round.from_params(PARAMS)
 # per seed a level; two evaluation episodes level +- 3 at every point, rising with rows
 LEVEL = {"reference": {0: 300, 1: 340, 2: 280, 3: 360},
          "candidate": {0: 250, 1: 310, 2: 330, 3: 270, 4: 410, 5: 290, 6: 350}}
@@ -99,14 +101,14 @@ def analysed(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        r = sides.resolve(PARAMS, ".")
-        res = compare.analyse(PARAMS, r["reference"], r["candidate"])
+        r = sides.resolve(ROUND, ".")
+        res = compare.analyse(ROUND, r["reference"], r["candidate"])
         compare.write_outputs(res, root / "metrics", root / "metrics" / "plots",
                               root / "results" / "report.md")
         from dreamer_parity import records
         from dreamer_parity.analysis.last_window import last_window_metrics
         records.write_json(root / "metrics" / "train_last_window.json",
-                           last_window_metrics(PARAMS, res["sides"]))
+                           last_window_metrics(ROUND, res["sides"]))
     finally:
         os.chdir(cwd)
     summary = json.loads((root / "metrics" / "summary.json").read_text())
@@ -304,7 +306,7 @@ def test_candidate_seed_order_does_not_change_a_byte(tmp_path):
         raw = json.loads(json.dumps(RAW))
         raw["candidate"]["seeds"] = order
         raw["candidate"]["source"] = list(reversed(raw["candidate"]["source"]))
-        p = P.load(synthetic.write_params(tmp_path / "p.yaml", raw))
+        p = P.load_round(synthetic.write_params(tmp_path / "p.yaml", raw))
         out = tmp_path / "-".join(map(str, order))
         cwd = os.getcwd()
         os.chdir(root)

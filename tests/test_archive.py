@@ -12,6 +12,7 @@ import pytest
 from dreamer_parity import archive, keep, records
 from dreamer_parity.params import validate
 import synthetic  # tests/synthetic.py
+from dreamer_parity.round_spec import Round
 
 PARAMS = validate({"round": "ta", "seeds": [10, 11, 12], "rows": 1200, "eval_every": 400,
                    "eval_episodes": 2, "profile": "smoke", "decode": "exact",
@@ -129,6 +130,6 @@ def test_one_bad_run_in_an_archive_keeps_none(root, tmp_path):
                       "decode": "ref"})
     dest = tmp_path / "runs"
     with pytest.raises(keep.KeepError, match="decode 'exact' != 'ref'"):
-        keep.keep_archive(out, dest, wrong)
+        keep.keep_archive(out, dest, Round.from_params(wrong))
     assert not dest.exists()
     assert info["seed"] == 11

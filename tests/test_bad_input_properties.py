@@ -45,6 +45,7 @@ from dreamer_parity import records, sides
 from dreamer_parity.analysis import checks, load, published
 import synthetic  # tests/synthetic.py
 from dreamer_parity.analysis.load import AnalysisError
+from dreamer_parity.round_spec import Round
 
 REPO = Path(__file__).resolve().parents[1]
 REF_EVALS = REPO / "data" / "published" / "round3" / "ref_s0" / "evals.jsonl"
@@ -63,6 +64,7 @@ PARAMS = params_mod.validate({
 PUB_PARAMS = params_mod.validate({
     "round": "t", "seeds": [0], "rows": 24000, "eval_every": 400, "eval_episodes": 10,
     "stats": {"s1_rows": [16000], "concordance_rows": [24000], "concordance_range": [16000, 24000]}})
+ROUND, PUB_ROUND = Round.from_params(PARAMS), Round.from_params(PUB_PARAMS)
 
 TRIED = collections.Counter()
 REFUSED = collections.Counter()
@@ -270,7 +272,7 @@ def _load_round(root: Path):
     ref = load.load_side(root / "reference", "reference", PARAMS["seeds"])
     cand = load.load_side(root / "candidate", "candidate", PARAMS["seeds"])
     load.check_eval_rows(ref + cand, params_mod.eval_points(PARAMS))
-    return checks.run_checks(PARAMS, ref, cand)
+    return checks.run_checks(ROUND, ref, cand)
 
 
 RUN_FILES = {"records.jsonl": "jsonl", "episodes.jsonl": "jsonl", "DONE.json": "json",
@@ -325,7 +327,7 @@ def test_mutated_published_evals(pub_dir, data):
             REFUSED["evals.jsonl"] += 1
             assert_one_line(e, ("evals.jsonl", "ref_s0"), mutated.count(b"\n"))
             return
-        cs = checks.run_checks(PUB_PARAMS, [run], [])
+        cs = checks.run_checks(PUB_ROUND, [run], [])
         eval_fail = any(c.status == "FAIL" and "episodes" in c.name for c in cs)
         check_published_invariants(path, PUB_PARAMS, eval_fail)
     finally:
@@ -551,7 +553,7 @@ def test_run_files_agree_or_are_refused(round_dir, data):
         TRIED[key] += 1
         try:
             runs = load.load_side(round_dir / "candidate", "candidate", PARAMS["seeds"],
-                                  params=PARAMS)
+                                  round_=ROUND)
             load.check_eval_rows(runs, params_mod.eval_points(PARAMS))
         except (records.RecordError, AnalysisError) as e:
             REFUSED[key] += 1
@@ -559,7 +561,7 @@ def test_run_files_agree_or_are_refused(round_dir, data):
             return
         legacy = check_agreement_invariants(d, "candidate", 1, PARAMS)
         ref = load.load_side(round_dir / "reference", "reference", PARAMS["seeds"])
-        mine = [c for c in checks.run_checks(PARAMS, ref, runs)
+        mine = [c for c in checks.run_checks(ROUND, ref, runs)
                 if c.side == "candidate" and c.seed == 1 and c.name == "completion marker"]
         assert mine[0].status == ("FLAG" if legacy else "PASS"), mine[0].line()
     finally:
@@ -696,7 +698,7 @@ def _kept_round(root: Path) -> dict:
         "index.yaml": (root / "docs" / "rounds" / "index.yaml",
                        lambda: rounds.load_index(root)),
         "pre-registration": (root / "docs" / "rounds" / "t.md",
-                             lambda: preflight.check_prereg({"round": "t"}, root)),
+                             lambda: preflight.check_prereg("t", root)),
     }
 
 
@@ -943,7 +945,7 @@ def test_a_published_auxiliary_file_corrupted_is_refused_or_harmless(pub_round, 
             assert "\n" not in str(e) and path.name in str(e), str(e)
             return
         assert run.evals.equals(before)
-        checks.run_checks(PUB_PARAMS, [run] if made_by == "reference" else [],
+        checks.run_checks(PUB_ROUND, [run] if made_by == "reference" else [],
                           [run] if made_by == "candidate" else [])
     finally:
         path.write_bytes(original)

@@ -11,12 +11,14 @@ import yaml
 from dreamer_parity import keep, manifest, records
 from dreamer_parity.params import validate
 import synthetic  # tests/synthetic.py
+from dreamer_parity.round_spec import Round
 
 RAW = {"round": "tk", "seeds": [3], "rows": 1200, "eval_every": 400, "eval_episodes": 2,
        "profile": "smoke", "decode": "ref",
        "stats": {"s1_rows": [400, 800, 1200], "concordance_rows": [1200],
                  "concordance_range": [400, 1200]}}
 PARAMS = validate(RAW)
+ROUND = Round.from_params(PARAMS)
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def tree(root):
 
 
 def test_keeps_the_records_files_only(tmp_path, run):
-    target, written = keep.keep(run, tmp_path / "data" / "runs" / "x", PARAMS)
+    target, written = keep.keep(run, tmp_path / "data" / "runs" / "x", ROUND)
     assert written and target == tmp_path / "data" / "runs" / "x" / "s3"
     assert sorted(p.name for p in target.iterdir()) == [
         "DONE.json", "MANIFEST.json", "episodes.jsonl.gz", "records.jsonl.gz", "run.json",
@@ -50,11 +52,11 @@ def test_keeps_the_records_files_only(tmp_path, run):
     assert records.read_run(target)["records"] == records.read_run(run)["records"]
     # keeping it again changes nothing, and so does keeping the kept copy itself
     before = tree(tmp_path / "data")
-    assert keep.keep(run, tmp_path / "data" / "runs" / "x", PARAMS) == (target, False)
-    assert keep.keep(target, tmp_path / "data" / "runs" / "x", PARAMS) == (target, False)
+    assert keep.keep(run, tmp_path / "data" / "runs" / "x", ROUND) == (target, False)
+    assert keep.keep(target, tmp_path / "data" / "runs" / "x", ROUND) == (target, False)
     assert tree(tmp_path / "data") == before
     # a kept run kept again elsewhere gives the same bytes (compression is deterministic)
-    again, _ = keep.keep(target, tmp_path / "other", PARAMS)
+    again, _ = keep.keep(target, tmp_path / "other", ROUND)
     assert tree(again) == tree(target)
 
 
@@ -63,7 +65,7 @@ def test_both_forms_of_a_file_are_refused(tmp_path, run):
     with pytest.raises(records.RecordError, match=r"holds both records\.jsonl and records\.jsonl\.gz"):
         records.read_records(run)
     with pytest.raises(keep.KeepError, match=r"holds both records\.jsonl and records\.jsonl\.gz"):
-        keep.keep(run, tmp_path / "runs", PARAMS)
+        keep.keep(run, tmp_path / "runs", ROUND)
     assert not (tmp_path / "runs").exists()
 
 
@@ -75,7 +77,7 @@ def test_both_forms_of_a_file_are_refused(tmp_path, run):
      r"records\.jsonl\.gz:\d+: truncated line"),
 ])
 def test_a_damaged_compressed_file_is_named(tmp_path, run, damage, message):
-    target, _ = keep.keep(run, tmp_path / "runs", PARAMS)
+    target, _ = keep.keep(run, tmp_path / "runs", ROUND)
     path = target / "records.jsonl.gz"
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(records.RecordError, match=message):
@@ -83,7 +85,7 @@ def test_a_damaged_compressed_file_is_named(tmp_path, run, damage, message):
 
 
 def test_a_compressed_file_too_large_once_decompressed_is_refused(tmp_path, run, monkeypatch):
-    target, _ = keep.keep(run, tmp_path / "runs", PARAMS)
+    target, _ = keep.keep(run, tmp_path / "runs", ROUND)
     size = len(gzip.decompress((target / "records.jsonl.gz").read_bytes()))
     monkeypatch.setattr(records, "MAX_DECOMPRESSED", size - 1)
     with pytest.raises(records.RecordError, match=f"decompresses to more than {size - 1} bytes"):
@@ -117,7 +119,7 @@ def test_a_damaged_run_is_refused_and_nothing_written(tmp_path, run, damage, mes
     damage(run)
     dest = tmp_path / "runs"
     with pytest.raises(keep.KeepError, match=message):
-        keep.keep(run, dest, PARAMS)
+        keep.keep(run, dest, ROUND)
     assert not dest.exists()
 
 
@@ -152,9 +154,9 @@ def test_a_diagnostic_run_is_never_kept(tmp_path, run, replaced, kept):
     records.write_done(run, "ok")   # the marker names the run.json it closes
     dest = tmp_path / "runs"
     if kept:
-        assert keep.keep(run, dest, PARAMS)[1]
+        assert keep.keep(run, dest, ROUND)[1]
         return
     with pytest.raises(keep.KeepError, match=r"run\.json: patches\.replaced names "
                        r"'dreamerv3\.jaxutils\.TwoHotDist\.__init__'.*diagnostic run"):
-        keep.keep(run, dest, PARAMS)
+        keep.keep(run, dest, ROUND)
     assert not dest.exists()

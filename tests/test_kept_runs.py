@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from dreamer_parity import params as P
-from dreamer_parity import manifest, records, rounds, sides
+from dreamer_parity import manifest, records, rounds
+from dreamer_parity.round_spec import Round
 
 REPO = Path(__file__).resolve().parents[1]
 SUMMARY = json.loads((REPO / "metrics" / "summary.json").read_text())
@@ -65,12 +66,12 @@ def _kept_run_sides():
     out = []
     for name, entry in rounds.load_index(REPO).items():
         raw = yaml.safe_load(_git("show", f"{entry['commit']}:params.yaml"))
-        validated = P.validate(raw, where=f"{entry['commit'][:7]}:params.yaml")
+        round_ = Round.from_params(P.validate(raw, where=f"{entry['commit'][:7]}:params.yaml"))
         for side in ("candidate", "reference"):
             if side not in raw:                 # older rounds have no candidate key
                 continue
             by_dir: dict[str, list[int]] = {}
-            for seed, src in sides.seed_sources(validated, side).items():
+            for seed, src in round_.side(side).origins().items():
                 by_dir.setdefault(src, []).append(seed)
             out += [(name, entry["commit"], side, src, seeds) for src, seeds in by_dir.items()
                     if src.startswith("data/runs/")]

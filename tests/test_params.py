@@ -10,6 +10,7 @@ import yaml
 from dreamer_parity import params as P
 from dreamer_parity.params import ParamsError, eval_points, load, validate
 import synthetic  # tests/synthetic.py
+from dreamer_parity.round_spec import Round
 
 REPO = Path(__file__).resolve().parents[1]
 #: Round 1's params file: the base the tests below edit.
@@ -481,22 +482,24 @@ def test_seeds_are_sorted_once_where_they_are_validated():
 def test_candidate_seeds_null_are_the_rounds_seeds():
     p = load(ROUND1)
     assert p["candidate"]["seeds"] is None
-    assert P.side_seeds(p, "candidate") == P.side_seeds(p, "reference") == p["seeds"] == [0, 1, 2]
+    r = P.load_round(ROUND1)
+    assert r.candidate.seeds == r.reference.seeds == (0, 1, 2) and p["seeds"] == [0, 1, 2]
     assert load(REPO / "params.yaml")["candidate"]["seeds"] is None
     with pytest.raises(ValueError, match="side must be one of"):
-        P.side_seeds(p, "study")
+        r.side("study")
 
 
 def test_candidate_seeds_give_the_candidate_its_own_list_sorted_once():
     p = validate(_set(_set(_defaults_raw(), "candidate.seeds", [6, 0, 3, 1, 5, 2, 4]),
                       "seeds", [3, 0, 2, 1]))
     assert p["candidate"]["seeds"] == [0, 1, 2, 3, 4, 5, 6] and p["seeds"] == [0, 1, 2, 3]
-    assert P.side_seeds(p, "candidate") == [0, 1, 2, 3, 4, 5, 6]
-    assert P.side_seeds(p, "reference") == [0, 1, 2, 3]
+    r = Round.from_params(p)
+    assert r.candidate.seeds == (0, 1, 2, 3, 4, 5, 6)
+    assert r.reference.seeds == (0, 1, 2, 3)
     # 110 candidate seeds against 10 reference seeds (round3-tpu's sides) validate
-    p = validate(_set(_set(_defaults_raw(), "candidate.seeds", list(range(110))), "seeds",
-                      list(range(10))))
-    assert len(P.side_seeds(p, "candidate")) == 110 and len(P.side_seeds(p, "reference")) == 10
+    r = Round.from_params(validate(_set(_set(_defaults_raw(), "candidate.seeds",
+                                             list(range(110))), "seeds", list(range(10)))))
+    assert r.candidate.seeds == tuple(range(110)) and r.reference.seeds == tuple(range(10))
     # as DVC writes them back (-S candidate.seeds=[..] and a null)
     assert validate(_set(_defaults_raw(), "candidate.seeds", "[5, 4]"))["candidate"]["seeds"] == [4, 5]
     assert validate(_set(_defaults_raw(), "candidate.seeds", "null"))["candidate"]["seeds"] is None
@@ -532,27 +535,6 @@ def test_a_list_form_source_is_checked_against_its_sides_own_seeds(source, expec
     raw = _set(_set(_defaults_raw(), "candidate.seeds", list(range(7))), "reference.source",
                [{"from": "run", "seeds": [0, 1, 2, 3]}])
     assert _error(raw) == "params: reference.source: seeds [3] are not round seeds [0, 1, 2]"
-
-
-def test_kept_rounds_params_validate_with_each_side_the_rounds_seeds():
-    """Every kept round's params.yaml (docs/rounds/index.yaml, at its own commit) validates
-    as tests/test_kept_runs.py reads it: the reference side has the round's seeds, and so
-    has the candidate side unless ``candidate.seeds`` names its own list (then that list)."""
-    from dreamer_parity import rounds
-    own_lists = {}
-    for name, entry in rounds.load_index(REPO).items():
-        text = subprocess.run(["git", "show", f"{entry['commit']}:params.yaml"], cwd=REPO,
-                              capture_output=True, text=True, check=True).stdout
-        raw = yaml.safe_load(text)
-        listed = (raw.get("candidate") or {}).get("seeds")
-        p = validate(raw, where=f"{entry['commit'][:7]}:params.yaml")
-        assert P.side_seeds(p, "reference") == p["seeds"], name
-        assert P.side_seeds(p, "candidate") == (p["seeds"] if listed is None
-                                                 else sorted(listed)), name
-        if listed is not None:
-            own_lists[name] = (P.side_seeds(p, "candidate"), p["seeds"])
-    # part B of the reference's platform check is the kept round with a side list of its own
-    assert own_lists.get("round3-ref-tpu-windows") == (list(range(10)), [5, 6, 7, 8, 9])
 
 
 # --- the migration of older rounds' parameter files (params.migrate) ------------------------

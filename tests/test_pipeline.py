@@ -53,18 +53,19 @@ from pathlib import Path
 from dreamer_parity import records as R
 
 
-def launch(p, seed, out_dir, root=None):
+def launch(round_, seed, out_dir, root=None):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if os.environ.get("STUB_FAIL_SEED") == str(seed):
         (out / "records.jsonl").write_text("{}\\n")
         print("stub reference: failing midway on purpose", file=sys.stderr)
         return 1
+    rows = round_.protocol.rows
     R.write_json(out / "run.json", {"side": "reference", "seed": seed,
-                                    "decode": p["reference"]["decode"],
-                                    "sampler": p["reference"]["sampler"], "rows": p["rows"]})
-    v = 0.08 if p["reference"]["decode"] == "ref" else 0.01
-    R.write_jsonl(out / "records.jsonl", [record("reference", seed, p["rows"], v)])
+                                    "decode": round_.reference.decode,
+                                    "sampler": round_.reference_run.sampler, "rows": rows})
+    v = 0.08 if round_.reference.decode == "ref" else 0.01
+    R.write_jsonl(out / "records.jsonl", [record("reference", seed, rows, v)])
     R.write_done(out)
     return 0
 '''
@@ -74,13 +75,13 @@ import argparse
 from pathlib import Path
 from dreamer_parity import params as P, records as R
 ap = argparse.ArgumentParser(); ap.add_argument("--params"); ap.add_argument("--out")
-a = ap.parse_args(); p = P.load(a.params)
-for s in P.side_seeds(p, "candidate"):
+a = ap.parse_args(); r = P.load_round(a.params)
+for s in r.candidate.seeds:
     out = R.run_dir(a.out, "candidate", s)
-    R.write_json(out / "run.json", {"side": "candidate", "seed": s, "decode": p["decode"],
-                                    "rows": p["rows"]})
-    v = 0.02 if p["decode"] == "exact" else 0.07
-    R.write_jsonl(out / "records.jsonl", [record("candidate", s, p["rows"], v)])
+    R.write_json(out / "run.json", {"side": "candidate", "seed": s, "decode": r.candidate.decode,
+                                    "rows": r.protocol.rows})
+    v = 0.02 if r.candidate.decode == "exact" else 0.07
+    R.write_jsonl(out / "records.jsonl", [record("candidate", s, r.protocol.rows, v)])
     R.write_jsonl(out / "episodes.jsonl", [])
     R.write_done(out)
 '''
@@ -107,24 +108,24 @@ def _runs(side):
     return out
 
 
-def run_round(p, root=".", metrics_dir="metrics", plots_dir="metrics/plots",
+def run_round(round_, root=".", metrics_dir="metrics", plots_dir="metrics/plots",
               report="results/report.md", prereg=None, reference=None, candidate=None):
-    resolved = sides.resolve(p, root)
+    resolved = sides.resolve(round_, root)
+    exact = round_.candidate.decode == "exact"
     R.write_json(Path(metrics_dir) / "summary.json", {
-        "candidate": {"last_val_std": 1.0 if p["decode"] == "exact" else 2.0},
-        "reference": {"last_val_std": 3.0 if p["reference"]["decode"] == "ref" else 4.0},
-        "good_return": p["stats"]["good_return"]})
+        "candidate": {"last_val_std": 1.0 if exact else 2.0},
+        "reference": {"last_val_std": 3.0 if round_.reference.decode == "ref" else 4.0},
+        "good_return": round_.stats.good_return})
     R.write_json(Path(metrics_dir) / "train_last_window.json", last_window_metrics(
-        p, {k: {"runs": _runs(v)} for k, v in resolved.items()}))
+        round_, {k: {"runs": _runs(v)} for k, v in resolved.items()}))
     pl = Path(plots_dir); pl.mkdir(parents=True, exist_ok=True)
     for n in ("eval_curve.csv", "entropy_windows.csv", "eval_curves.png", "s2_curve.png",
               "entropy_windows.png", "iqm.png", "performance_profile.png", "windows.png",
               "windows/candidate_val_std.csv"):
         (pl / n).parent.mkdir(parents=True, exist_ok=True)
         (pl / n).write_text(n)
-    R.write_json(Path(metrics_dir) / "windows.json", {"round": p["round"]})
-    R.write_json(Path(metrics_dir) / "headline.json",
-                 {"candidate.mean": 1.0 if p["decode"] == "exact" else 2.0})
+    R.write_json(Path(metrics_dir) / "windows.json", {"round": round_.name})
+    R.write_json(Path(metrics_dir) / "headline.json", {"candidate.mean": 1.0 if exact else 2.0})
     ref = "; ".join(resolved["reference"].sources)
     Path(report).write_text(f"reference {ref}\\nprereg {prereg}\\n")
     return 0
@@ -273,9 +274,9 @@ def test_preflight_checks_the_published_seeds(tmp_path):
                                                   r"data/published/round1 has no run of seed 2 "):
         pf.preflight(root=tmp_path)
     _write_params(tmp_path, **{"reference.source": "data/published/round1", "seeds": [0, 1]})
-    params = pf.preflight(root=tmp_path)
-    assert params["seeds"] == [0, 1]
-    ref = pf.check(params, tmp_path)["reference"]
+    round_ = pf.preflight(root=tmp_path)
+    assert round_.reference.seeds == (0, 1)
+    ref = pf.check(round_, tmp_path)["reference"]
     assert [e.run_dir for e in ref.seeds] == ["data/published/round1/ref_s0",
                                               "data/published/round1/ref_s1"]
 

@@ -15,6 +15,7 @@ from dreamer_parity import params as P
 from dreamer_parity import records, sides
 from dreamer_parity.analysis import checks, compare
 import synthetic  # tests/synthetic.py
+from dreamer_parity.round_spec import Round
 
 REPO = Path(__file__).resolve().parents[1]
 ROUND3 = REPO / "data" / "published" / "round3"
@@ -36,18 +37,24 @@ def _validated(raw: dict, over: dict) -> dict:
     return P.validate(raw)
 
 
-def _params(**over):
+def _small(**over) -> dict:
+    """The validated params of :data:`SMALL` with dotted keys of ``over`` set."""
     return _validated(json.loads(json.dumps(SMALL)), over)
 
 
-def _round3(**over):
-    return _validated(yaml.safe_load((REPO / "params.yaml").read_text()), over)
+def _params(**over) -> Round:
+    """The round of :data:`SMALL` with dotted keys of ``over`` set."""
+    return Round.from_params(_small(**over))
+
+
+def _round3(**over) -> Round:
+    return Round.from_params(_validated(yaml.safe_load((REPO / "params.yaml").read_text()), over))
 
 
 @pytest.fixture
 def synthetic_root(tmp_path):
     """A repository-like root with a synthetic round under data/runs/t/{reference,candidate}."""
-    synthetic.write_round(tmp_path / "data" / "runs" / "t", _params(), manifest=True)
+    synthetic.write_round(tmp_path / "data" / "runs" / "t", _small(), manifest=True)
     return tmp_path
 
 
@@ -59,7 +66,7 @@ def test_run_source_is_results_side_seed():
     for side in ("reference", "candidate"):
         assert [(e.seed, e.source, e.run_dir, e.layout, e.made_by) for e in s[side].seeds] == [
             (k, "run", f"results/{side}/s{k}", "records", side) for k in (0, 1, 2)]
-    assert sides.runs_here(_params(), "candidate") == [0, 1, 2]
+    assert _params().candidate.runs_here() == (0, 1, 2)
 
 
 @pytest.mark.skipif(not ROUND3.is_dir(), reason="data/published/round3 not present")
@@ -76,7 +83,7 @@ def test_published_candidate_source(src, run_dir):
     assert [e.run_dir for e in s["reference"].seeds] == [
         f"data/published/round3/ref_s{k}" for k in range(5)]
     assert {e.made_by for e in s["reference"].seeds} == {"reference"}
-    assert sides.runs_here(_round3(**{"candidate.source": src}), "candidate") == []
+    assert _round3(**{"candidate.source": src}).candidate.runs_here() == ()
 
 
 def test_records_directory_nested_by_side_and_made_by_from_run_json(synthetic_root):
@@ -94,8 +101,8 @@ def test_records_directory_nested_by_side_and_made_by_from_run_json(synthetic_ro
 def test_mixed_sources_each_seed_once(synthetic_root):
     p = _params(**{"candidate.source": [{"from": "run", "seeds": [1]},
                                         {"from": "data/runs/t", "seeds": [2, 0]}]})
-    assert sides.seed_sources(p, "candidate") == {0: "data/runs/t", 1: "run", 2: "data/runs/t"}
-    assert sides.runs_here(p, "candidate") == [1]
+    assert p.candidate.origins() == {0: "data/runs/t", 1: "run", 2: "data/runs/t"}
+    assert p.candidate.runs_here() == (1,)
     cand = sides.resolve(p, synthetic_root)["candidate"]
     assert [(e.seed, e.source, e.run_dir) for e in cand.seeds] == [
         (0, "data/runs/t", "data/runs/t/candidate/s0"), (1, "run", "results/candidate/s1"),
@@ -344,18 +351,18 @@ UNEQUAL = {"seeds": [0, 1, 2, 3], "candidate.seeds": [6, 5, 4, 3, 2, 1, 0]}
 def unequal_root(tmp_path):
     """A repository-like root with a synthetic round of 4 reference and 7 candidate seeds
     under data/runs/t/{reference,candidate}."""
-    synthetic.write_round(tmp_path / "data" / "runs" / "t", _params(**UNEQUAL), manifest=True)
+    synthetic.write_round(tmp_path / "data" / "runs" / "t", _small(**UNEQUAL), manifest=True)
     return tmp_path
 
 
 def test_each_side_resolves_its_own_seeds(unequal_root):
     """candidate.seeds gives the candidate 7 seeds against the round's 4 (the reference's);
-    every reader of the sides (seed_sources, runs_here, resolve) takes them from
-    params.side_seeds."""
+    every reader of the sides (origins, runs_here, resolve) takes them from the round
+    (round_spec.RoundSide.seeds)."""
     p = _params(**UNEQUAL)
-    assert sides.seed_sources(p, "candidate") == {s: "run" for s in range(7)}
-    assert sides.seed_sources(p, "reference") == {s: "run" for s in range(4)}
-    assert sides.runs_here(p, "candidate") == list(range(7))
+    assert p.candidate.origins() == {s: "run" for s in range(7)}
+    assert p.reference.origins() == {s: "run" for s in range(4)}
+    assert p.candidate.runs_here() == tuple(range(7))
     r = sides.resolve(p, REPO)
     assert [e.seed for e in r["candidate"].seeds] == list(range(7))
     assert [e.seed for e in r["reference"].seeds] == list(range(4))
@@ -444,10 +451,10 @@ def test_platform_parts_of_a_pooled_side_with_unequal_seed_lists(unequal_root, m
 
 # --- kept runs made with the round's parameters (sides.resolve, matching_kept_runs) --------
 
-def _round3_params(**over) -> dict:
-    """params.yaml (round 3, decode exact) with dotted keys of ``over`` set, seed 0 only."""
-    raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    return _validated(raw, {"seeds": [0], **over})
+def _round3_params(**over) -> Round:
+    """The round of params.yaml (round 3, decode exact) with dotted keys of ``over`` set,
+    seed 0 only."""
+    return _round3(**{"seeds": [0], **over})
 
 
 def _kept_tree(tmp_path: Path, names: dict[str, str]) -> Path:

@@ -62,6 +62,7 @@ from pathlib import Path
 from dreamer_parity import manifest
 from dreamer_parity import params as P
 from dreamer_parity import records
+from dreamer_parity.round_spec import Round
 
 __all__ = ["KEPT_FILES", "KeepError", "keep", "keep_archive", "kept_files", "add_manifest",
            "check_args", "main"]
@@ -99,8 +100,9 @@ class KeepError(ValueError):
     """A run cannot be kept; the message is one line naming the file or argument."""
 
 
-def load_params(params_file: str | None, sets: list[str]) -> dict | None:
-    """The round's validated params from ``params_file`` with ``sets`` applied, or None.
+def load_params(params_file: str | None, sets: list[str]) -> Round | None:
+    """The round of ``params_file`` with ``sets`` applied
+    (:func:`dreamer_parity.params.load_round`), or None without a file.
 
     Raises:
       KeepError: a malformed ``--set``, or the params.ParamsError line.
@@ -110,14 +112,14 @@ def load_params(params_file: str | None, sets: list[str]) -> dict | None:
             raise KeepError("--set needs --params")
         return None
     try:
-        return P.load(params_file, sets)
+        return P.load_round(params_file, sets)
     except P.ParamsError as e:
         raise KeepError(str(e)) from None
     except FileNotFoundError:
         raise KeepError(f"--params {params_file}: not found") from None
 
 
-def _prepare(src: Path, params: dict | None,
+def _prepare(src: Path, round_: Round | None,
              label_side: str | None = None) -> tuple[int, dict[str, bytes]]:
     """``(seed, files to write)`` of the finished run in ``src``, checked as :func:`keep`
     says (KeepError otherwise), its ``MANIFEST.json`` last among them; nothing is written.
@@ -146,7 +148,7 @@ def _prepare(src: Path, params: dict | None,
             raise KeepError(f"{src / 'run.json'}: side {side!r}, but the run stands under "
                             f"{label_side}/: its place names another side than the one that "
                             f"made it")
-        records.check_run_agrees(src, params, side, seed, data=data, made_by=side)
+        records.check_run_agrees(src, round_, side, seed, data=data, made_by=side)
         files = kept_files(src)
     except records.RecordError as e:
         raise KeepError(str(e)) from None
@@ -192,24 +194,25 @@ def _write(dest: Path, seed: int, files: dict[str, bytes]) -> Path:
     return target
 
 
-def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
+def keep(src, dest, round_: Round | None = None) -> tuple[Path, bool]:
     """Copy one finished run into ``dest/s<seed>/``, checked first.
 
     Args:
       src: the run directory (records schema, ``DONE.json`` present).
       dest: the runs directory (created if absent).
-      params: the round's validated params the run must agree with, or None.
+      round_: the round (:class:`dreamer_parity.round_spec.Round`) the run must agree
+        with, or None.
 
     Returns:
       ``(run directory written or found, True when it was written)``.
 
     Raises:
       KeepError: the run is unfinished, unreadable or disagrees with itself or with
-        ``params``; ``run.json`` names no side or seed; or ``dest/s<seed>`` holds other
+        ``round_``; ``run.json`` names no side or seed; or ``dest/s<seed>`` holds other
         files. Nothing is written.
     """
     src, dest = Path(src), Path(dest)
-    seed, files = _prepare(src, params, src.absolute().parent.name
+    seed, files = _prepare(src, round_, src.absolute().parent.name
                            if src.absolute().parent.name in records.SIDES else None)
     target = dest / f"s{seed}"
     if _already_kept(target, files):
@@ -217,7 +220,7 @@ def keep(src, dest, params: dict | None = None) -> tuple[Path, bool]:
     return _write(dest, seed, files), True
 
 
-def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, bool]]:
+def keep_archive(archive, dest, round_: Round | None = None) -> list[tuple[Path, bool]]:
     """Keep every run of an archive (:mod:`dreamer_parity.archive`, e.g. the finished
     seeds of a batch run on another machine) into ``dest/s<seed>/``; all checked, as :func:`keep`
     checks one, before any is written.
@@ -243,7 +246,7 @@ def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, 
         prepared = []
         for d in runs:
             try:
-                prepared.append(_prepare(d, params, d.parent.name))
+                prepared.append(_prepare(d, round_, d.parent.name))
             except KeepError as e:   # named by the archive's member, not the temporary path
                 raise KeepError(str(e).replace(str(Path(tmp)) + os.sep, f"{archive}:")) \
                     from None
@@ -255,11 +258,11 @@ def keep_archive(archive, dest, params: dict | None = None) -> list[tuple[Path, 
                 for seed, files in sorted(prepared)]
 
 
-def add_manifest(directory, params: dict | None = None) -> tuple[Path, bool]:
+def add_manifest(directory, round_: Round | None = None) -> tuple[Path, bool]:
     """Give a kept directory without a manifest its ``MANIFEST.json``.
 
     The run is checked as :func:`keep` checks it (read, and agreeing with itself and with
-    ``params`` when given), the directory must hold only kept files (:data:`KEPT_FILES`,
+    ``round_`` when given), the directory must hold only kept files (:data:`KEPT_FILES`,
     the JSON-lines ones compressed), and the manifest is written from the files as they
     are (:func:`dreamer_parity.manifest.write`).
 
@@ -282,7 +285,7 @@ def add_manifest(directory, params: dict | None = None) -> tuple[Path, bool]:
         info = data["run"]
         if info.get("side") not in records.SIDES or not isinstance(info.get("seed"), int):
             raise KeepError(f"{d / 'run.json'}: side and seed must be recorded to keep a run")
-        records.check_run_agrees(d, params, info["side"], info["seed"], data=data,
+        records.check_run_agrees(d, round_, info["side"], info["seed"], data=data,
                                  made_by=info["side"])
         allowed = {n + records.GZ if n in records.JSONL_FILES else n for n in KEPT_FILES}
         other = sorted(set(manifest.listing(d)) - allowed)
@@ -336,16 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give SRC DEST, or --add-manifest KEPT_DIR ...")
     try:
         check_args(a)
-        params = load_params(a.params, a.set)
+        round_ = load_params(a.params, a.set)
         if a.add_manifest is not None:
             for d in a.add_manifest:
-                path, written = add_manifest(d, params)
+                path, written = add_manifest(d, round_)
                 print(f"{'manifest written' if written else 'manifest verified'}: {path}")
             return 0
         if Path(a.src).is_file() and a.src.endswith(".tar.gz"):
-            results = keep_archive(a.src, a.dest, params)
+            results = keep_archive(a.src, a.dest, round_)
         else:
-            results = [keep(a.src, a.dest, params)]
+            results = [keep(a.src, a.dest, round_)]
     except KeepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

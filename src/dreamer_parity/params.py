@@ -1,7 +1,8 @@
 """The params.yaml schema: one definition, validated before any compute.
 
-Every stage reads its parameters through :func:`load` (main venv) or receives the
-validated subset as JSON (reference venv).  The file stays block-style and free of
+Every stage reads its parameters through :func:`load_round` (main venv: :func:`load`,
+then the frozen :class:`dreamer_parity.round_spec.Round`) or receives the validated subset
+as JSON (reference venv).  The file stays block-style and free of
 ``${}`` interpolation because ``dvc exp run -S`` re-serialises it; values written back
 by DVC (for example ``3e-05``, which PyYAML reads as a string) are coerced to the
 declared type here.
@@ -19,8 +20,10 @@ is keyed by seed and the same seeds in another order give byte-identical outputs
 Seeds of the two sides: ``seeds`` is the round's seed list, the reference side's (one
 ``reference@<seed>`` stage each in dvc.yaml) and the candidate's unless ``candidate.seeds``
 names the candidate's own list (``null``: the round's ``seeds``), so the sides may differ
-in size (110 candidate seeds against 10 reference seeds).  :func:`side_seeds` is the one
-place that says which seeds a side has; every stage and the analysis ask it.
+in size (110 candidate seeds against 10 reference seeds).  Which seeds a side has is
+decided once, when :func:`load_round` builds the round
+(:class:`dreamer_parity.round_spec.Round`, frozen); every stage and the analysis read it
+there.
 
 Command line::
 
@@ -50,12 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dreamer_parity import round_spec
+
 __all__ = ["ParamsError", "SCHEMA", "validate", "load", "smoke_overrides", "SMOKE",
            "eval_points", "PROFILES", "NUM_ENVS", "DECODES", "SAMPLERS", "repo_path",
            "quote", "MAX_FILE_BYTES", "MAX_DEPTH", "ROUND_PATTERN", "SOURCE_RUN",
            "MAX_PATH_CHARS", "parse_yaml", "strict_yaml", "YamlRefusal", "RESERVED_ROUNDS",
            "MAX_ROWS", "MAX_EVAL_EPISODES", "MAX_SEEDS", "MAX_SEED", "REFERENCE_JAX", "PLATFORMS",
-           "PLATFORM_JAX", "PRECISIONS", "side_seeds", "SIDES", "ADDED_KEYS", "migrate"]
+           "PLATFORM_JAX", "PRECISIONS", "SIDES", "ADDED_KEYS", "migrate", "load_round"]
 
 #: Environments stepped together by both sides (16 rows per vector step).
 NUM_ENVS = 16
@@ -102,7 +107,7 @@ MAX_EVAL_EPISODES = 100
 MAX_SEEDS = 128
 MAX_SEED = 2 ** 31 - 1
 #: The two sides of a round, in the order every output lists them.
-SIDES = ("reference", "candidate")
+SIDES = round_spec.SIDE_NAMES
 #: The value of a ``*.source`` key that means "run this side here" (not a path).
 SOURCE_RUN = "run"
 #: Longest value quoted in an error line, and longest error line (characters).
@@ -490,8 +495,9 @@ def _nest(flat: dict) -> dict:
 
 
 def eval_points(params: dict) -> list[int]:
-    """Rows of the evaluation points: ``eval_every, 2 eval_every, ..., rows``."""
-    return list(range(params["eval_every"], params["rows"] + 1, params["eval_every"]))
+    """Rows of the evaluation points of a params dict: ``eval_every, 2 eval_every, ...,
+    rows`` (:func:`dreamer_parity.round_spec.eval_points`)."""
+    return list(round_spec.eval_points(params["rows"], params["eval_every"]))
 
 
 def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> dict:
@@ -507,8 +513,9 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
 
     Returns:
       A nested dict with every declared key, typed as declared; ``seeds``,
-      ``candidate.seeds`` (None: the round's seeds; :func:`side_seeds`) and the seeds of
-      each list-form source sorted ascending, the list-form sources ordered by their
+      ``candidate.seeds`` (None: the round's seeds,
+      :func:`~dreamer_parity.round_spec.own_seeds`) and the seeds of each list-form
+      source sorted ascending, the list-form sources ordered by their
       first seed: one canonical order, whatever order the file gives.
 
     Raises:
@@ -520,8 +527,8 @@ def validate(raw: dict, where: str = "params.yaml", complete: bool = False) -> d
         is allocated from them), an evaluation interval that is not a positive multiple
         of 16 or does not divide ``rows``, duplicate or negative seeds or an empty list in
         either, a list-form ``*.source`` that does not give each of its side's seeds
-        (:func:`side_seeds`) exactly one source, S1 / concordance rows that are not
-        evaluation points or repeat, a LATE or concordance range holding no evaluation
+        (:func:`~dreamer_parity.round_spec.own_seeds`) exactly one source, S1 /
+        concordance rows that are not evaluation points or repeat, a LATE or concordance range holding no evaluation
         point, a non-finite good_return or equivalence margin outside (0, 1), a gate
         whose statistic and parts disagree, a key holding a dot at any level, a
         ``round`` that is not a plain name (:data:`ROUND_PATTERN`) or is a reserved name
@@ -661,9 +668,9 @@ def _check_sources(typed: dict) -> None:
         key = f"{side}.source"
         src = typed[key]
         if isinstance(src, list):
-            # the list form covers the side's own seeds (side_seeds), each exactly once
+            # the list form covers the side's own seeds, each exactly once
             own = typed.get(f"{side}.seeds")
-            seeds = typed["seeds"] if own is None else own
+            seeds = list(round_spec.own_seeds(typed["seeds"], own))
             listed = [s for part in src for s in part["seeds"]]
             dup = sorted({s for s in listed if listed.count(s) > 1})
             if dup:
@@ -695,23 +702,6 @@ def _check_environment_and_round(typed: dict) -> None:
         raise ParamsError("round", f"{quote(typed['round'])} names no pre-registration: "
                                    f"docs/rounds/README.md and docs/rounds/index.yaml are not "
                                    f"rounds (reserved: {', '.join(RESERVED_ROUNDS)})")
-
-
-def side_seeds(params: dict, side: str) -> list[int]:
-    """The seeds of one side of validated ``params``, sorted: the one answer to "which
-    seeds does this side have" (docs/SIDES.md).
-
-    ``candidate.seeds`` where it names the candidate's own list, else the round's
-    ``seeds`` (the reference side's always: dvc.yaml makes a ``reference@<seed>`` stage for
-    each of them).  Both lists were checked and sorted once, by :func:`validate`.
-
-    Raises:
-      ValueError: ``side`` is not one of :data:`SIDES`.
-    """
-    if side not in SIDES:
-        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
-    own = (params.get(side) or {}).get("seeds")
-    return list(params["seeds"] if own is None else own)
 
 
 def _check_key_names(raw: dict, where: str, prefix: str = "") -> None:
@@ -964,6 +954,16 @@ def load(path: str | Path = "params.yaml", sets=()) -> dict:
             break   # validate names the malformed file
         apply_set(raw, assignment)
     return validate(raw, where=path.name, complete=True)
+
+
+def load_round(path: str | Path = "params.yaml", sets=()) -> round_spec.Round:
+    """The round of a params file: :func:`load` (read, ``sets`` applied, validated), then
+    :meth:`dreamer_parity.round_spec.Round.from_params`, once per entry point.
+
+    Raises:
+      FileNotFoundError, ParamsError: as :func:`load`.
+    """
+    return round_spec.Round.from_params(load(path, sets))
 
 
 def smoke_overrides() -> list[str]:

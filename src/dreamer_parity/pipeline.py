@@ -76,38 +76,38 @@ def _cmd_preflight(a) -> int:
 
 
 def _cmd_reference(a) -> int:
-    params = pf.load(a.params)     # first: a seed written 1.0 in params.yaml is named there
+    round_ = pf.load(a.params)     # first: a seed written 1.0 in params.yaml is named there
     if not (a.seed.isascii() and a.seed.isdigit()) or len(a.seed) > 10 or (
             len(a.seed) > 1 and a.seed[0] == "0"):
         raise pf.PreflightError(f"--seed {a.seed[:40]!r}: not a seed (a whole number written "
                                 f"as an integer, e.g. 3)")
     a.seed = int(a.seed)
     _target(a.out, "--out", "dir")
-    where = sides.seed_sources(params, "reference")
+    where = round_.reference.origins()
     if a.seed not in where:
         raise pf.PreflightError(f"params: seeds: seed {a.seed} is not a reference seed "
-                                f"{P.side_seeds(params, 'reference')}")
+                                f"{list(round_.reference.seeds)}")
     if where[a.seed] == "run":
         from dreamer_parity.reference import launch
-        return launch.launch(params, a.seed, a.out)
+        return launch.launch(round_, a.seed, a.out)
     sides.write_stand_in(a.out, "reference", a.seed, where[a.seed])
     print(f"reference.source: seed {a.seed} comes from {where[a.seed]}; nothing runs here")
     return 0
 
 
 def _cmd_compare(a) -> int:
-    params = pf.load(a.params)
-    prereg = pf.check_prereg(params)
+    round_ = pf.load(a.params)
+    prereg = pf.check_prereg(round_.name)
     # Each run's files against each other and the round (their manifests verified first),
     # standard library only, before the analysis imports anything heavy or writes anything.
     try:
-        resolved = sides.resolve(params)
+        resolved = sides.resolve(round_)
     except (sides.SideError, P.ParamsError, records.RecordError) as e:
         raise pf.PreflightError(str(e)) from None
-    pf.check_runs(params, resolved, every_seed=True)
+    pf.check_runs(round_, resolved, every_seed=True)
     from dreamer_parity.analysis import compare
 
-    return compare.run_round(params, ".", "metrics", "metrics/plots", "results/report.md",
+    return compare.run_round(round_, ".", "metrics", "metrics/plots", "results/report.md",
                              prereg=str(prereg))
 
 

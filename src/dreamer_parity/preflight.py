@@ -1,6 +1,7 @@
 """Checks that a round can start, before any stage computes (the DVC stage ``preflight``).
 
-:func:`preflight` validates params.yaml (:func:`dreamer_parity.params.load`), the round's
+:func:`preflight` validates params.yaml into the round
+(:func:`dreamer_parity.params.load_round`), the round's
 pre-registration ``docs/rounds/<round>.md``, both sides' sources
 (:func:`dreamer_parity.sides.resolve`: every seed of a directory source is there, and
 each of its runs in the records schema agrees with itself and the round,
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from dreamer_parity import params as P
 from dreamer_parity import records, sides
+from dreamer_parity.round_spec import Round
 
 __all__ = ["PreflightError", "preflight", "prereg_path", "check", "check_runs", "GATE_TEXT",
            "check_prereg"]
@@ -28,13 +30,15 @@ class PreflightError(ValueError):
     """A round cannot start; the message is one line naming the parameter or file."""
 
 
-def prereg_path(params: dict, root: str | Path = ".") -> Path:
-    """``docs/rounds/<round>.md`` under ``root`` (the round's pre-registration)."""
-    return Path(root) / "docs" / "rounds" / f"{params['round']}.md"
+def prereg_path(name: str, root: str | Path = ".") -> Path:
+    """``docs/rounds/<name>.md`` under ``root`` (the pre-registration of the round called
+    ``name``, :attr:`dreamer_parity.round_spec.Round.name`)."""
+    return Path(root) / "docs" / "rounds" / f"{name}.md"
 
 
-def check_prereg(params: dict, root: str | Path = ".") -> Path:
-    """Require the round's pre-registration ``docs/rounds/<round>.md`` (a reserved name
+def check_prereg(name: str, root: str | Path = ".") -> Path:
+    """Require the pre-registration ``docs/rounds/<name>.md`` of the round called ``name``
+    (a reserved name
     such as ``README`` never gets here: :func:`dreamer_parity.params.validate` refuses it).
 
     The file must pass the guarded reader's checks
@@ -48,7 +52,7 @@ def check_prereg(params: dict, root: str | Path = ".") -> Path:
       PreflightError: ``params: round: ...`` naming the file.
     """
     root = Path(root)
-    pre = prereg_path(params, root)
+    pre = prereg_path(name, root)
     rel = pre.relative_to(root).as_posix()
     try:
         records.check_file(pre, rel)
@@ -70,22 +74,23 @@ def _check_reference_setup(jax: str) -> None:
         raise PreflightError(f"reference set-up: {e}") from None
 
 
-def load(params_file: str | Path = "params.yaml", root: str | Path = ".") -> dict:
-    """Load and validate params (once per stage); errors as :class:`PreflightError`.
+def load(params_file: str | Path = "params.yaml", root: str | Path = ".") -> Round:
+    """The round of a params file (:func:`dreamer_parity.params.load_round`, once per
+    stage); errors as :class:`PreflightError`.
 
     Raises:
       PreflightError: the ``params.ParamsError`` line, or ``<file>: missing``.
     """
     try:
-        return P.load(Path(root) / params_file)
+        return P.load_round(Path(root) / params_file)
     except P.ParamsError as e:
         raise PreflightError(str(e)) from None
     except FileNotFoundError:
         raise PreflightError(f"{params_file}: missing") from None
 
 
-def check(params: dict, root: str | Path = ".", check_reference: bool = True) -> dict:
-    """Check a validated round; return ``sides.resolve(params, root)``.
+def check(round_: Round, root: str | Path = ".", check_reference: bool = True) -> dict:
+    """Check a round; return ``sides.resolve(round_, root)``.
 
     Raises:
       PreflightError: no pre-registration (:func:`check_prereg`), a side source that
@@ -95,18 +100,18 @@ def check(params: dict, root: str | Path = ".", check_reference: bool = True) ->
         reference seed of source ``run``) no reference set-up.
     """
     root = Path(root)
-    check_prereg(params, root)
+    check_prereg(round_.name, root)
     try:
-        resolved = sides.resolve(params, root)
+        resolved = sides.resolve(round_, root)
     except (sides.SideError, P.ParamsError, records.RecordError) as e:
         raise PreflightError(str(e)) from None
-    check_runs(params, resolved, root)
-    if check_reference and sides.runs_here(params, "reference"):
-        _check_reference_setup(params["reference"]["jax"])
+    check_runs(round_, resolved, root)
+    if check_reference and round_.reference.runs_here():
+        _check_reference_setup(round_.reference_run.jax)
     return resolved
 
 
-def check_runs(params: dict, resolved: dict, root: str | Path = ".",
+def check_runs(round_: Round, resolved: dict, root: str | Path = ".",
                every_seed: bool = False) -> None:
     """Require every finished run of the records schema to agree with itself and the round.
 
@@ -116,7 +121,7 @@ def check_runs(params: dict, resolved: dict, root: str | Path = ".",
     refuses before it imports the analysis or writes anything.
 
     Args:
-      params: validated params; resolved: :func:`dreamer_parity.sides.resolve`'s result.
+      round_: the round; resolved: :func:`dreamer_parity.sides.resolve`'s result.
       root: the repository root (``run_dir`` values are relative to it).
       every_seed: also the seeds this repository runs (source ``run``: the compare stage,
         after they ran); False checks only runs that a directory source names (the
@@ -131,19 +136,19 @@ def check_runs(params: dict, resolved: dict, root: str | Path = ".",
             if e.layout != "records" or (e.source == "run" and not every_seed):
                 continue
             try:
-                records.check_run_agrees(Path(root) / e.run_dir, params, side, e.seed,
+                records.check_run_agrees(Path(root) / e.run_dir, round_, side, e.seed,
                                          made_by=e.made_by)
             except records.RecordError as err:
                 hint = ""
                 if e.source != "run" and str(err).endswith("other parameters than the round's"):
                     seeds_ = [x.seed for x in sd.seeds if x.source == e.source]
-                    hint = "; " + sides.kept_runs_hint(params, side, seeds_, root, e.source)
+                    hint = "; " + sides.kept_runs_hint(round_, side, seeds_, root, e.source)
                 raise PreflightError(f"{err}{hint}") from None
 
 
 def preflight(params_file: str | Path = "params.yaml", root: str | Path = ".",
-              check_reference: bool = True) -> dict:
-    """Check that a round can start; return the validated parameters.
+              check_reference: bool = True) -> Round:
+    """Check that a round can start; return the round.
 
     Args:
       params_file: the params file, relative to ``root``.
@@ -155,6 +160,6 @@ def preflight(params_file: str | Path = "params.yaml", root: str | Path = ".",
     Raises:
       PreflightError: one line naming the parameter or file.
     """
-    params = load(params_file, root)
-    check(params, root, check_reference)
-    return params
+    round_ = load(params_file, root)
+    check(round_, root, check_reference)
+    return round_

@@ -97,8 +97,12 @@ import re
 import stat
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dreamer_parity import environment
+
+if TYPE_CHECKING:
+    from dreamer_parity.round_spec import Round
 
 __all__ = [
     "RecordError", "RECORD_FIELDS", "EPISODE_FIELDS", "SIDES", "run_dir", "PATCH_TARGETS",
@@ -995,35 +999,36 @@ def recorded_value(run_info: dict | None, names: tuple[str, ...]):
     return False, None
 
 
-def protocol_expected(params: dict, side: str, seed: int,
+def protocol_expected(round_: Round, side: str, seed: int,
                       made_by: str | None = None) -> dict:
     """What a run standing on ``side`` for ``seed`` must record: ``{(name, alias...): value}``.
 
-    The protocol parameters (validated params): seed, profile, rows, eval_every,
+    The protocol parameters of the round: seed, profile, rows, eval_every,
     eval_episodes, and the two-hot decode; the names are those of the implementation that
     made the run (``made_by``: ``decode`` for the candidate, ``reference.decode`` for the
-    reference), the decode value that of the side it stands on (``decode`` for the
-    candidate side, ``reference.decode`` for the reference side); the replay ``sampler``
-    only for a reference-made run on the reference side.
+    reference), the decode value that of the side it stands on
+    (:attr:`dreamer_parity.round_spec.RoundSide.decode`); the replay ``sampler`` only for
+    a reference-made run on the reference side.
 
     Args:
-      params: validated params; side: the side the run stands on; seed: its seed;
-      made_by: the implementation that made it (None: ``side``).
+      round_: the round (:class:`dreamer_parity.round_spec.Round`); side: the side the run
+      stands on; seed: its seed; made_by: the implementation that made it (None: ``side``).
     """
     made_by = side if made_by is None else made_by
-    exp = {("seed",): seed, ("profile",): params["profile"], ("rows",): params["rows"],
-           ("eval_every",): params["eval_every"], ("eval_episodes",): params["eval_episodes"]}
-    decode = params["decode"] if side == "candidate" else params["reference"]["decode"]
+    pr = round_.protocol
+    exp = {("seed",): seed, ("profile",): pr.profile, ("rows",): pr.rows,
+           ("eval_every",): pr.eval_every, ("eval_episodes",): pr.eval_episodes}
+    decode = round_.side(side).decode
     if made_by == "candidate":
         exp[("decode",)] = decode
     else:
         exp[("reference.decode", "decode")] = decode
         if side == "reference":
-            exp[("reference.sampler", "sampler")] = params["reference"]["sampler"]
+            exp[("reference.sampler", "sampler")] = round_.reference_run.sampler
     return exp
 
 
-def protocol_disagreements(params: dict, side: str, seed: int, run_info: dict | None,
+def protocol_disagreements(round_: Round, side: str, seed: int, run_info: dict | None,
                            made_by: str | None = None) -> tuple[list[str], list[str]]:
     """A run's recorded protocol parameters against what the round expects of it.
 
@@ -1034,7 +1039,7 @@ def protocol_disagreements(params: dict, side: str, seed: int, run_info: dict | 
       :func:`protocol_expected`'s for ``side`` and ``made_by``.
     """
     wrong, absent = [], []
-    for names, want in protocol_expected(params, side, seed, made_by).items():
+    for names, want in protocol_expected(round_, side, seed, made_by).items():
         found, got = recorded_value(run_info, names)
         if not found:
             absent.append(names[0])
@@ -1043,7 +1048,7 @@ def protocol_disagreements(params: dict, side: str, seed: int, run_info: dict | 
     return wrong, absent
 
 
-def check_run_agrees(directory, params: dict | None, side: str, seed: int,
+def check_run_agrees(directory, round_: Round | None, side: str, seed: int,
                      data: dict | None = None, made_by: str | None = None) -> bool:
     """Require a finished run's files to agree with each other and with the round.
 
@@ -1059,14 +1064,15 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
       recorded) is a protocol patch's (:data:`PATCH_TARGETS`): a
       diagnostic run (:mod:`dreamer_parity.reference.probe_runner`) is never taken for a
       protocol run;
-    * with ``params``: no protocol parameter recorded in ``run.json`` differs from the
+    * with ``round_``: no protocol parameter recorded in ``run.json`` differs from the
       round's (:func:`protocol_disagreements`; parameters recorded nowhere are the
       analysis's config check, a FAIL), and a ``DONE.json`` that says ``failed`` is not
       beside records holding every evaluation point of the round, all ``ok``.
 
     Args:
       directory: the run directory.
-      params: the round's validated params, or None (files against each other only).
+      round_: the round (:class:`dreamer_parity.round_spec.Round`), or None (files
+        against each other only).
       side, seed: the side the run stands on and its seed.
       data: :func:`read_run`'s dict when already read (else ``DONE.json``, ``run.json``,
         ``records.jsonl`` and ``episodes.jsonl`` are read here, standard library only, so that an entry point
@@ -1119,13 +1125,13 @@ def check_run_agrees(directory, params: dict | None, side: str, seed: int,
             raise RecordError(f"{run_path}: seed {seed}, but {name} line {bad} says seed "
                               f"{str(rows[bad - 1].get('seed'))[:40]}: the run's files "
                               f"disagree about its seed")
-    if params is None:
+    if round_ is None:
         return legacy
-    wrong, _ = protocol_disagreements(params, side, seed, info, made_by)
+    wrong, _ = protocol_disagreements(round_, side, seed, info, made_by)
     if wrong:
         raise RecordError(f"{run_path}: {'; '.join(wrong)[:200]}: the run was made with other "
                           f"parameters than the round's")
-    points = list(range(params["eval_every"], params["rows"] + 1, params["eval_every"]))
+    points = list(round_.protocol.points)
     recs = data["records"]
     if (done["status"] == "failed" and [r["rows"] for r in recs] == points
             and all(r["status"] == "ok" for r in recs)):

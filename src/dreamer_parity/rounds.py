@@ -467,20 +467,21 @@ def switch(root, name: str, path: str = INDEX) -> str:
 
     from dreamer_parity import params as P
     from dreamer_parity import records, sides
+    from dreamer_parity.round_spec import Round
 
     commit, raw, filled = round_params(root, name, path)
-    typed = P.validate(raw, where=f"{name}:params.yaml", complete=True)
+    round_ = Round.from_params(P.validate(raw, where=f"{name}:params.yaml", complete=True))
     kept = []
     for side in P.SIDES:
         # seeds that ran here in the round: its runs as kept under data/runs/ (the kept runs
         # made with the round's parameters, sides.matching_kept_runs), or a refusal
         src = raw[side]["source"]
-        parts = [{"from": src, "seeds": P.side_seeds(typed, side)}] if isinstance(src, str) \
-            else src
+        parts = [{"from": src, "seeds": list(round_.side(side).seeds)}] \
+            if isinstance(src, str) else src
         for part in parts:
             if part["from"] != P.SOURCE_RUN:
                 continue
-            found = sides.matching_kept_runs(typed, side, part["seeds"], root)
+            found = sides.matching_kept_runs(round_, side, part["seeds"], root)
             if len(found) != 1:
                 raise RoundsError(
                     f"{name}: its {side} side ran here ({side}.source: run) and "
@@ -492,9 +493,9 @@ def switch(root, name: str, path: str = INDEX) -> str:
             kept.append(f"{side}.source {found[0]}")
         raw[side]["source"] = parts[0]["from"] if isinstance(src, str) else parts
     if kept:
-        typed = P.validate(raw, where=f"{name}:params.yaml", complete=True)
+        round_ = Round.from_params(P.validate(raw, where=f"{name}:params.yaml", complete=True))
     try:
-        sides.resolve(typed, root)
+        sides.resolve(round_, root)
     except (sides.SideError, P.ParamsError, records.RecordError) as e:
         raise RoundsError(f"{name}: {e}") from None
     head = (f"# The kept round {name} (docs/rounds/index.yaml, commit {commit[:12]}),\n"

@@ -26,9 +26,10 @@ there matches, or several do, the named runs stay, and the round's check of its 
 ways on (:func:`kept_runs_hint`): run the side here (``-S <side>.source=run``) or name the
 kept runs (``-S <side>.source=<dir>``).
 
-A side's seeds are :func:`dreamer_parity.params.side_seeds`: the round's ``seeds`` for the
-reference side, ``candidate.seeds`` (where it names the candidate's own list) or ``seeds``
-for the candidate; the two sides may differ in number.
+A side's seeds and the origin of each (``run`` or a directory) are the round's
+(:class:`dreamer_parity.round_spec.RoundSide`, decided once when params.yaml is read): the
+round's ``seeds`` for the reference side, ``candidate.seeds`` (where it names the
+candidate's own list) or ``seeds`` for the candidate; the two sides may differ in number.
 
 :func:`resolve` turns these into one :class:`SeedSource` per seed of the side: the run directory,
 its layout and ``made_by``, the implementation that produced it (``candidate`` or
@@ -55,9 +56,10 @@ from pathlib import Path
 from dreamer_parity import manifest
 from dreamer_parity import params as P
 from dreamer_parity import records
+from dreamer_parity.round_spec import Round
 
-__all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir", "seed_sources",
-           "RESULTS", "runs_here", "locate", "write_stand_in", "STAND_IN", "published_round_dir",
+__all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir",
+           "RESULTS", "locate", "write_stand_in", "STAND_IN", "published_round_dir",
            "KEPT_RUNS", "disagreements", "matching_kept_runs", "kept_runs_hint"]
 
 #: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
@@ -100,7 +102,7 @@ class SeedSource:
 @dataclass(frozen=True)
 class Side:
     """One side of a round: its name and one :class:`SeedSource` per seed of the side
-    (ascending, the order of :func:`dreamer_parity.params.side_seeds`)."""
+    (ascending, the order of :attr:`dreamer_parity.round_spec.RoundSide.seeds`)."""
 
     name: str
     seeds: tuple
@@ -120,26 +122,6 @@ class Side:
             if s.source not in out:
                 out.append(s.source)
         return out
-
-
-def seed_sources(params: dict, side: str) -> dict[int, str]:
-    """``{seed: "run" | dir}`` of a validated params dict's ``<side>.source``, for the
-    side's own seeds (:func:`dreamer_parity.params.side_seeds`), ascending.
-
-    The list form was checked by :func:`dreamer_parity.params.validate` (each of the
-    side's seeds exactly once).
-    """
-    seeds = P.side_seeds(params, side)
-    src = params[side]["source"]
-    if isinstance(src, str):
-        return {s: src for s in seeds}
-    where = {s: part["from"] for part in src for s in part["seeds"]}
-    return {s: where[s] for s in seeds}
-
-
-def runs_here(params: dict, side: str) -> list[int]:
-    """The seeds of ``side`` that this repository runs (source ``run``), ascending."""
-    return [s for s, src in seed_sources(params, side).items() if src == "run"]
 
 
 def write_stand_in(directory, side: str, seed: int, source: str) -> Path:
@@ -246,7 +228,7 @@ def locate(directory: Path, side: str, seed: int, key: str,
         f"{n}/ajax/s{seed}/evals.jsonl; docs/SIDES.md)")
 
 
-def disagreements(run_dir, params: dict, side: str, seed: int, made_by: str) -> list[str]:
+def disagreements(run_dir, round_: Round, side: str, seed: int, made_by: str) -> list[str]:
     """How a records run was made otherwise than the round asks: ``["<name> <recorded> !=
     <expected>", ...]``, empty when it was made with the round's parameters.
 
@@ -260,24 +242,24 @@ def disagreements(run_dir, params: dict, side: str, seed: int, made_by: str) -> 
       records.RecordError: a malformed ``run.json`` (naming the file and field).
     """
     info = records.read_run_info(Path(run_dir) / "run.json")
-    wrong, _ = records.protocol_disagreements(params, side, seed, info, made_by)
+    wrong, _ = records.protocol_disagreements(round_, side, seed, info, made_by)
     if made_by == "reference" and side == "reference":
         args = info.get("args") if isinstance(info.get("args"), dict) else {}
         for name, default in _REFERENCE_EXECUTION.items():
-            got, want = args.get(name, default), params["reference"][name]
+            got, want = args.get(name, default), getattr(round_.reference_run, name)
             if got != want:
                 wrong.append(f"reference.{name} {repr(got)[:40]} != {want!r}")
     return wrong
 
 
-def matching_kept_runs(params: dict, side: str, seeds, root: str | Path = ".",
+def matching_kept_runs(round_: Round, side: str, seeds, root: str | Path = ".",
                        exclude: str | None = None) -> list[str]:
     """The directories of :data:`KEPT_RUNS` that hold a records run of every seed of
     ``seeds`` for ``side``, each made with the round's parameters (:func:`disagreements`
     empty); relative POSIX paths, sorted by name.
 
     Args:
-      params: validated params; side: the side the runs would stand on; seeds: its seeds
+      round_: the round; side: the side the runs would stand on; seeds: its seeds
         to be taken from one directory; root: the repository root; exclude: a directory
         (relative, as params names it) not to consider.
 
@@ -301,7 +283,7 @@ def matching_kept_runs(params: dict, side: str, seeds, root: str | Path = ".",
                 break
             try:
                 made = _made_by_records(run, "")
-                if disagreements(run, params, side, seed, made):
+                if disagreements(run, round_, side, seed, made):
                     ok = False
             except (SideError, records.RecordError):
                 ok = False
@@ -312,14 +294,14 @@ def matching_kept_runs(params: dict, side: str, seeds, root: str | Path = ".",
     return out
 
 
-def kept_runs_hint(params: dict, side: str, seeds, root: str | Path = ".",
+def kept_runs_hint(round_: Round, side: str, seeds, root: str | Path = ".",
                    exclude: str | None = None) -> str:
     """The ways on for a side whose named runs were made with other parameters than the
     round's and that :func:`resolve` could not replace (no directory of
     :data:`KEPT_RUNS` made with them, or several): one clause, appended to the refusal's
     line (:func:`dreamer_parity.preflight.check_runs`)."""
     key = f"{side}.source"
-    found = matching_kept_runs(params, side, seeds, root, exclude=exclude)
+    found = matching_kept_runs(round_, side, seeds, root, exclude=exclude)
     ways = f"run them here (-S {key}=run) or name kept runs made with them (-S {key}=<dir>)"
     if len(found) > 1:
         return (f"several kept runs under {KEPT_RUNS}/ were made with the round's parameters "
@@ -327,11 +309,12 @@ def kept_runs_hint(params: dict, side: str, seeds, root: str | Path = ".",
     return f"no kept runs under {KEPT_RUNS}/ were made with the round's parameters: {ways}"
 
 
-def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[str, Side]:
+def resolve(round_: Round, root: str | Path = ".", sides=records.SIDES) -> dict[str, Side]:
     """Resolve ``<side>.source`` of every side: the one place the sides are decided.
 
     Args:
-      params: validated params (:func:`dreamer_parity.params.load`).
+      round_: the round (:func:`dreamer_parity.params.load_round`): each side's seeds and
+        the origin of each (:meth:`dreamer_parity.round_spec.RoundSide.origins`).
       root: the repository root; sources are relative to it and must stay inside it
         (:func:`dreamer_parity.params.repo_path`).
       sides: the sides to resolve (default both).
@@ -359,7 +342,7 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
     trees = set()
     for side in sides:
         key = f"{side}.source"
-        where = seed_sources(params, side)
+        where = round_.side(side).origins()
         # a directory whose records runs were made with other parameters than the round's
         # gives way, for its seeds, to the kept runs made with the round's (one decision)
         instead: dict[str, str] = {}
@@ -378,12 +361,12 @@ def resolve(params: dict, root: str | Path = ".", sides=records.SIDES) -> dict[s
                 run_dir, layout, made = located[src, seed] = locate(
                     d, side, seed, f"params: {key}", src, require_manifest=True)
                 try:
-                    wrong = disagreements(run_dir, params, side, seed, made) \
+                    wrong = disagreements(run_dir, round_, side, seed, made) \
                         if layout == "records" else []
                 except records.RecordError:
                     wrong = []                  # a malformed run.json: preflight names it
                 if wrong:
-                    found = matching_kept_runs(params, side, seeds, root, exclude=src)
+                    found = matching_kept_runs(round_, side, seeds, root, exclude=src)
                     if len(found) == 1:         # else the named runs stay, and are refused
                         instead[src] = found[0]
                     break
@@ -442,11 +425,11 @@ def main(argv=None) -> int:
     r.add_argument("side", choices=records.SIDES)
     a = ap.parse_args(argv)
     try:
-        params = P.load(a.params)
+        round_ = P.load_round(a.params)
         if a.cmd == "runs-here":
-            print("yes" if runs_here(params, a.side) else "no")
+            print("yes" if round_.side(a.side).runs_here() else "no")
             return 0
-        resolved = resolve(params)
+        resolved = resolve(round_)
     except (P.ParamsError, SideError, records.RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -342,8 +342,7 @@ def collapse_flags(mat: np.ndarray, points: list[int], seeds: list[int],
 
 def compute(result: dict) -> dict:
     """The additions of an analysed round (:func:`compare.analyse` output)."""
-    st = result["params"]["stats"]
-    frac = float(st.get("equivalence_margin", 0.10))
+    frac = float(result["round"].stats.equivalence_margin)
     if result["late"].get("decision") is not None:
         name, block = "LATE", result["late"]
         pts = block["points"]

@@ -23,6 +23,7 @@ import numpy as np
 from dreamer_parity.params import NUM_ENVS
 from dreamer_parity import records, schedule
 from dreamer_parity.analysis.runs import Run
+from dreamer_parity.round_spec import Round
 
 __all__ = ["Check", "run_checks", "REFERENCE_COMMIT", "MAX_LENGTH", "version_flags",
            "LOCKS", "VERSION_PACKAGES", "config_disagreements"]
@@ -50,16 +51,16 @@ class Check:
         return f"{self.status:<4}  {who}{self.name}: {self.detail}"
 
 
-def config_disagreements(params: dict, run: Run) -> tuple[list[str], list[str]]:
+def config_disagreements(round_: Round, run: Run) -> tuple[list[str], list[str]]:
     """:func:`dreamer_parity.records.protocol_disagreements` of a loaded run: the names
     those of the implementation that made it (``run.made_by``), the decode value that of
     the side it stands on."""
-    return records.protocol_disagreements(params, run.side, run.seed, run.run_info,
+    return records.protocol_disagreements(round_, run.side, run.seed, run.run_info,
                                           run.made_by)
 
 
-def _config_check(params: dict, run: Run) -> Check:
-    wrong, absent = config_disagreements(params, run)
+def _config_check(round_: Round, run: Run) -> Check:
+    wrong, absent = config_disagreements(round_, run)
     if wrong:
         return Check("config equals the round's parameters", "FAIL", "; ".join(wrong), run.side, run.seed)
     if absent and run.source == "published":
@@ -102,7 +103,7 @@ def _provenance_check(run: Run) -> Check:
     return Check(name, "PASS", f"candidate at {commit[:12]}, dirty {dirty}", run.side, run.seed)
 
 
-def _completion_check(params: dict, run: Run) -> Check:
+def _completion_check(round_: Round, run: Run) -> Check:
     name = "completion marker"
     if run.source == "published":
         if run.made_by == "reference" and run.timing and "t_end" in run.timing:
@@ -113,7 +114,7 @@ def _completion_check(params: dict, run: Run) -> Check:
               "status, not tied to its run.json" if run.done_legacy else "")
     if run.status == "failed":
         return Check(name, "FLAG", f"run failed ({run.reason}); evaluation points from row "
-                     f"{run.failed_row} count as return 0 (failed_rule {params['stats']['failed_rule']})"
+                     f"{run.failed_row} count as return 0 (failed_rule {round_.stats.failed_rule})"
                      + (";" + legacy if legacy else ""), run.side, run.seed)
     if legacy:
         return Check(name, "FLAG", "DONE.json status ok;" + legacy, run.side, run.seed)
@@ -139,19 +140,20 @@ def _updates_check(run: Run) -> Check:
                  run.side, run.seed)
 
 
-def _eval_episodes_check(params: dict, run: Run) -> Check:
-    name = f"every evaluation holds {params['eval_episodes']} episodes"
+def _eval_episodes_check(round_: Round, run: Run) -> Check:
+    episodes = round_.protocol.eval_episodes
+    name = f"every evaluation holds {episodes} episodes"
     n = run.evals["n_episodes"].to_numpy()
     ok = run.evals["status"].to_numpy() == "ok"
     if np.isnan(n).all():
         return Check(name, "N/A", "per-episode evaluation returns not logged (published)", run.side, run.seed)
-    bad = [int(r) for r, k, o in zip(run.evals["rows"], n, ok) if o and k != params["eval_episodes"]]
+    bad = [int(r) for r, k, o in zip(run.evals["rows"], n, ok) if o and k != episodes]
     if bad:
         return Check(name, "FAIL", f"rows {bad} hold another number of episodes", run.side, run.seed)
     return Check(name, "PASS", f"{int(ok.sum())} evaluations", run.side, run.seed)
 
 
-def _episode_checks(params: dict, run: Run) -> list[Check]:
+def _episode_checks(round_: Round, run: Run) -> list[Check]:
     if run.episodes is None:
         reason = run.unavailable.get("episodes", "no episode log")
         return [Check("episodes consistent (length == score <= 500, terminal, tiling)", "N/A", reason,
@@ -201,7 +203,7 @@ def _episode_checks(params: dict, run: Run) -> list[Check]:
     if run.status == "failed":
         out.append(Check(name, "N/A", "run failed before its last row", run.side, run.seed))
         return out
-    last_row = params["rows"] // NUM_ENVS
+    last_row = round_.protocol.rows // NUM_ENVS
     bad = []
     for w in range(NUM_ENVS):
         end = last_end.get(w, -1)
@@ -223,27 +225,26 @@ def _episode_checks(params: dict, run: Run) -> list[Check]:
     return out
 
 
-def run_checks(params: dict, ref_runs: list[Run], cand_runs: list[Run]) -> list[Check]:
+def run_checks(round_: Round, ref_runs: list[Run], cand_runs: list[Run]) -> list[Check]:
     """All checks of a round, in a stable order (round-level first, then per run).
 
     Args:
-      params: the validated params (:func:`dreamer_parity.params.load`).
+      round_: the round (:func:`dreamer_parity.params.load_round`).
       ref_runs, cand_runs: the loaded runs (rows already checked by ``check_eval_rows``).
 
     Returns:
       A list of :class:`Check`.
     """
-    from dreamer_parity.params import eval_points
-    pts = eval_points(params)
+    pts = round_.protocol.points
     out = [Check("same evaluation rows on both sides", "PASS",
-                 f"{len(pts)} points {pts[0]}..{pts[-1]} every {params['eval_every']}")]
+                 f"{len(pts)} points {pts[0]}..{pts[-1]} every {round_.protocol.eval_every}")]
     for run in list(ref_runs) + list(cand_runs):
-        out.append(_completion_check(params, run))
-        out.append(_config_check(params, run))
+        out.append(_completion_check(round_, run))
+        out.append(_config_check(round_, run))
         out.append(_provenance_check(run))
         out.append(_updates_check(run))
-        out.append(_eval_episodes_check(params, run))
-        out.extend(_episode_checks(params, run))
+        out.append(_eval_episodes_check(round_, run))
+        out.extend(_episode_checks(round_, run))
     return out
 
 

@@ -46,6 +46,7 @@ from dreamer_parity.analysis import checks as checks_mod
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.last_window import last_window_metrics
 from dreamer_parity.analysis.load import AnalysisError, check_eval_rows, display_path, load_side
+from dreamer_parity.round_spec import Round
 
 __all__ = ["analyse", "write_outputs", "main", "run_round", "side_table"]
 
@@ -63,21 +64,21 @@ def side_table(side: sides_mod.Side) -> dict:
             "layout": layouts[0] if len(layouts) == 1 else "mixed", "seeds": list(side.seeds)}
 
 
-def analyse(params: dict, reference, candidate) -> dict:
+def analyse(round_: Round, reference, candidate) -> dict:
     """Load both sides and compute every statistic and check of the round.
 
     Args:
-      params: validated params (:func:`dreamer_parity.params.load`).
+      round_: the round (:func:`dreamer_parity.params.load_round`).
       reference, candidate: a :class:`dreamer_parity.sides.Side` each (from
         :func:`dreamer_parity.sides.resolve`), or a directory
         (:func:`dreamer_parity.sides.side_from_dir`).
 
     Returns:
       A dict (the input of :mod:`metrics_out`, :mod:`plots`, :mod:`report`):
-      ``params, seeds, points, sides, eval, s1, s2, late, concordance, reading, windows,
+      ``round, seeds, points, sides, eval, s1, s2, late, concordance, reading, windows,
       halves, entropy, side_windows, window_tests, checks, failed_seeds, additions``.
-      ``seeds`` is ``{side: [seed, ...]}``, each side's own seeds
-      (:func:`dreamer_parity.params.side_seeds`; the sides may differ in number).  ``s2``
+      ``round`` is ``round_``; ``seeds`` is ``{side: [seed, ...]}``, each side's own seeds
+      (:meth:`dreamer_parity.round_spec.Round.seeds`; the sides may differ in number).  ``s2``
       holds each side's curve and last-row values where that side has training episodes
       (``side_reason`` per side), the decision only when both have them; ``side_windows``
       is :func:`windows.compute` (each side's own windows) (:func:`additions.compute`).
@@ -89,31 +90,32 @@ def analyse(params: dict, reference, candidate) -> dict:
         with each other or with the round (:func:`dreamer_parity.records.check_run_agrees`,
         judged by the implementation that made the run).
     """
-    # each side's own seeds, as params decides them (the sides may differ in number)
-    seeds = {side: params_mod.side_seeds(params, side) for side in params_mod.SIDES}
-    st = params["stats"]
-    rule = st["failed_rule"]
-    points = params_mod.eval_points(params)
+    # each side's own seeds, as the round decides them (the sides may differ in number)
+    seeds = round_.seeds()
+    st = round_.stats
+    rule = st.failed_rule
+    points = list(round_.protocol.points)
     sides = {}
     for side, src in (("reference", reference), ("candidate", candidate)):
         if not isinstance(src, sides_mod.Side):
             src = sides_mod.side_from_dir(src, side, seeds[side])
-        runs = load_side(src, side, seeds[side], params=params)
+        runs = load_side(src, side, seeds[side], round_=round_)
         check_eval_rows(runs, points)
         # "dir" is for messages and reports; "path" (never written out) for reading files
         sides[side] = {**side_table(src), "runs": runs}
     ref, cand = sides["reference"]["runs"], sides["candidate"]["runs"]
     for key in ("s1_rows", "concordance_rows"):
-        bad = [r for r in st[key] if r not in points]
+        bad = [r for r in getattr(st, key) if r not in points]
         if bad:
             raise AnalysisError(f"stats.{key}: rows {bad} are not evaluation points of the runs")
 
     ev = {"reference": stats.eval_matrix(ref, points, rule), "candidate": stats.eval_matrix(cand, points, rule)}
-    out = {"params": params, "seeds": seeds, "points": points, "sides": sides, "eval": ev}
+    out = {"round": round_, "seeds": seeds, "points": points, "sides": sides, "eval": ev}
 
-    s1 = {"reference": stats.s1_values(ref, st["s1_rows"], rule),
-          "candidate": stats.s1_values(cand, st["s1_rows"], rule)}
-    out["s1"] = {"rows": list(st["s1_rows"]), "values": s1,
+    s1_rows = list(st.s1_rows)
+    s1 = {"reference": stats.s1_values(ref, s1_rows, rule),
+          "candidate": stats.s1_values(cand, s1_rows, rule)}
+    out["s1"] = {"rows": s1_rows, "values": s1,
                  "decision": stats.decide(s1["candidate"], s1["reference"], "S1", seeds)}
 
     # S2 of each side that has training episodes; the decision only when both have them
@@ -133,11 +135,12 @@ def analyse(params: dict, reference, candidate) -> dict:
         out["s2"]["decision"] = stats.decide(last["candidate"], last["reference"],
                                              f"S2({points[-1]})", seeds)
 
-    if st["late_rows"]:
-        lp = stats.late_points(points, st["late_rows"])
-        lv = {"reference": stats.late_values(ref, points, st["late_rows"], rule),
-              "candidate": stats.late_values(cand, points, st["late_rows"], rule)}
-        out["late"] = {"rows": list(st["late_rows"]), "points": lp, "values": lv, "reason": None,
+    if st.late_rows:
+        late_rows = list(st.late_rows)
+        lp = stats.late_points(points, late_rows)
+        lv = {"reference": stats.late_values(ref, points, late_rows, rule),
+              "candidate": stats.late_values(cand, points, late_rows, rule)}
+        out["late"] = {"rows": late_rows, "points": lp, "values": lv, "reason": None,
                        "decision": stats.decide(lv["candidate"], lv["reference"], "LATE", seeds)}
     else:
         out["late"] = {"rows": [], "reason": "not pre-registered for this round (stats.late_rows empty)"}
@@ -146,8 +149,8 @@ def analyse(params: dict, reference, candidate) -> dict:
     from dreamer_parity.analysis import halves
     out["halves"] = halves.compute(out)
 
-    conc = stats.concordance(ev["reference"], ev["candidate"], points, st["good_return"],
-                             st["concordance_rows"], st["concordance_range"])
+    conc = stats.concordance(ev["reference"], ev["candidate"], points, st.good_return,
+                             list(st.concordance_rows), list(st.concordance_range))
     out["concordance"] = conc
     out["reading"] = stats.round3_reading(conc, out["late"].get("decision"), points[-1])
 
@@ -160,25 +163,25 @@ def analyse(params: dict, reference, candidate) -> dict:
     out["side_windows"] = windows_mod.compute({"reference": ref, "candidate": cand})
     # the round's pre-registered window tests (stats.signature_rows, stats.persistence_rows)
     from dreamer_parity.analysis import window_tests
-    out["window_tests"] = window_tests.compute(out["side_windows"], params)
+    out["window_tests"] = window_tests.compute(out["side_windows"], st)
 
-    out["checks"] = checks_mod.run_checks(params, ref, cand)
+    out["checks"] = checks_mod.run_checks(round_, ref, cand)
     out["failed_seeds"] = {s: [(r.seed, r.failed_row, r.reason) for r in runs if r.status == "failed"]
                            for s, runs in (("reference", ref), ("candidate", cand))}
-    out["context"] = study_candidate(params, sides["reference"], points)
+    out["context"] = study_candidate(round_, sides["reference"], points)
     # diagnosis: each side's training metrics against the study's published windows
-    out["published_windows"] = published_windows.for_sides(sides, params["rows"])
+    out["published_windows"] = published_windows.for_sides(sides, round_.protocol.rows)
     # a reference that ran, against the study's published reference runs on its grid
-    out["published_reference"] = reference_check.check(params, out)
+    out["published_reference"] = reference_check.check(round_, out)
     # the round's gate (params gate.*, its pre-registration) and the versions the runs imported
-    out["gate"] = gate_mod.evaluate(params, out)
+    out["gate"] = gate_mod.evaluate(round_.gate, out)
     out["versions"] = checks_mod.version_flags(ref, cand)
     # labelled additions (TOST, rliable aggregates, collapse flags): never the gate
     out["additions"] = additions.compute(out)
     return out
 
 
-def study_candidate(params: dict, reference_side: dict, points: list[int]) -> dict | None:
+def study_candidate(round_: Round, reference_side: dict, points: list[int]) -> dict | None:
     """The published study's own candidate of the reference's round, for context only.
 
     When the reference side is a published round directory that also holds the study's
@@ -201,17 +204,17 @@ def study_candidate(params: dict, reference_side: dict, points: list[int]) -> di
     if reference_side["layout"] != "published" or reference_side.get("path") is None:
         return None
     d = Path(reference_side["path"]) / "ajax"
-    seeds, st = params_mod.side_seeds(params, "reference"), params["stats"]
+    seeds, st = list(round_.reference.seeds), round_.stats
     missing = [s for s in seeds if not (d / f"s{s}" / "evals.jsonl").is_file()]
     if missing:
         return {"dir": display_path(d), "missing": missing, "s1": None, "late": None,
                 "eval": None}
     runs = load_side(d, "candidate", seeds)
     check_eval_rows(runs, points)
-    rule = st["failed_rule"]
-    late = stats.late_values(runs, points, st["late_rows"], rule) if st["late_rows"] else None
+    rule = st.failed_rule
+    late = stats.late_values(runs, points, list(st.late_rows), rule) if st.late_rows else None
     return {"dir": display_path(d), "missing": [],
-            "s1": stats.s1_values(runs, st["s1_rows"], rule),
+            "s1": stats.s1_values(runs, list(st.s1_rows), rule),
             "late": late, "eval": stats.eval_matrix(runs, points, rule)}
 
 
@@ -227,7 +230,7 @@ def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None
     if "side_windows" in result:
         from dreamer_parity.analysis.plots import caption
         windows.write(result["side_windows"], Path(metrics_dir) / "windows.json", plots_dir,
-                      result["params"]["round"], caption=caption())
+                      result["round"].name, caption=caption())
     if figures:
         from dreamer_parity.analysis import plots
         plots.write_figures(result, Path(plots_dir))
@@ -235,13 +238,13 @@ def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None
                         plots_dir=Path(plots_dir))
 
 
-def run_round(params: dict, root: str | Path = ".", metrics_dir="metrics",
+def run_round(round_: Round, root: str | Path = ".", metrics_dir="metrics",
               plots_dir="metrics/plots", report="results/report.md", prereg=None,
               reference=None, candidate=None) -> int:
     """The compare stage's work: resolve the sides, analyse, write every output.
 
     Args:
-      params: validated params (loaded once by the caller).
+      round_: the round (:func:`dreamer_parity.params.load_round`, once by the caller).
       root: the repository root (the sides' sources are relative to it).
       metrics_dir, plots_dir, report, prereg: output locations and the pre-registration.
       reference, candidate: a directory that replaces that side's ``*.source`` (None:
@@ -255,9 +258,9 @@ def run_round(params: dict, root: str | Path = ".", metrics_dir="metrics",
         if prereg is not None and not Path(prereg).exists():
             raise AnalysisError(f"--prereg {prereg}: not found")
         given = {"reference": reference, "candidate": candidate}
-        resolved = sides_mod.resolve(params, root, [k for k, v in given.items() if v is None])
+        resolved = sides_mod.resolve(round_, root, [k for k, v in given.items() if v is None])
         given.update(resolved)
-        result = analyse(params, given["reference"], given["candidate"])
+        result = analyse(round_, given["reference"], given["candidate"])
     except (AnalysisError, records.RecordError, params_mod.ParamsError,
             sides_mod.SideError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -266,7 +269,7 @@ def run_round(params: dict, root: str | Path = ".", metrics_dir="metrics",
     # Replaced only after the analysis wrote its outputs: a refusal above (exit 2) leaves
     # every output as it was, this file included.
     records.write_json(Path(metrics_dir) / "train_last_window.json",
-                       last_window_metrics(params, result["sides"]))
+                       last_window_metrics(round_, result["sides"]))
     failed = [c for c in result["checks"] if c.status == "FAIL"]
     for c in result["checks"]:
         if c.status == "FLAG":
@@ -300,11 +303,11 @@ def main(argv=None) -> int:
     ap.add_argument("--prereg", default=None, help="the round's pre-registration file")
     args = ap.parse_args(argv)
     try:
-        params = params_mod.load(args.params)
+        round_ = params_mod.load_round(args.params)
     except (params_mod.ParamsError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return run_round(params, ".", args.metrics_dir, args.plots_dir, args.report,
+    return run_round(round_, ".", args.metrics_dir, args.plots_dir, args.report,
                      prereg=args.prereg, reference=args.reference, candidate=args.candidate)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from dreamer_parity.analysis import published_tables, stats
 from dreamer_parity.analysis.load import Run
+from dreamer_parity.round_spec import Gate
 
 __all__ = ["PUBLISHED_REPORTS", "run_entropy", "seed_range", "ranges_overlap",
            "reference_entropy_range", "evaluate", "flat_keys", "report_lines", "console_line"]
@@ -98,8 +99,9 @@ def reference_entropy_range(side: dict, row: int) -> dict:
             "source": f"{report} line {cell['line']} (tables.csv)", "reason": None}
 
 
-def evaluate(params: dict, result: dict) -> dict:
-    """Evaluate the gate of ``params`` on an ``analyse`` result.
+def evaluate(g: Gate, result: dict) -> dict:
+    """Evaluate the round's gate ``g`` (:attr:`dreamer_parity.round_spec.Round.gate`) on an
+    ``analyse`` result.
 
     Returns:
       ``{"statistic": "s1" | "late" | None, "parts": {name: {"value", "bar", "ok",
@@ -109,8 +111,7 @@ def evaluate(params: dict, result: dict) -> dict:
       When any check of ``result["checks"]`` failed, the verdict is withheld: ``pass``
       None, ``verdict`` ``"no verdict"``, ``withheld`` naming the failed checks.
     """
-    g = params["gate"]
-    stat = g["statistic"]
+    stat = g.statistic
     if stat == "none":
         return _withhold({"statistic": None, "parts": {}, "pass": None, "verdict": "no gate",
                           "withheld": None,
@@ -123,18 +124,18 @@ def evaluate(params: dict, result: dict) -> dict:
                           "withheld": None,
                           "reason": sec.get("reason") or f"{stat} not computed"}, result)
     parts = {}
-    if g["learns"]:
+    if g.learns:
         parts["learns"] = {"value": dec["A"], "bar": dec["lo"], "ok": dec["LEARNS"],
                            "reason": None}
-    if g["mean_min"] is not None:
-        parts["mean_min"] = {"value": dec["A"], "bar": g["mean_min"],
-                             "ok": bool(dec["A"] >= g["mean_min"]), "reason": None}
-    if g["welch_p_min"] is not None:
+    if g.mean_min is not None:
+        parts["mean_min"] = {"value": dec["A"], "bar": g.mean_min,
+                             "ok": bool(dec["A"] >= g.mean_min), "reason": None}
+    if g.welch_p_min is not None:
         p = dec["welch"]["p"]
-        parts["welch_p"] = {"value": p, "bar": g["welch_p_min"],
-                            "ok": None if p is None else bool(p >= g["welch_p_min"]),
+        parts["welch_p"] = {"value": p, "bar": g.welch_p_min,
+                            "ok": None if p is None else bool(p >= g.welch_p_min),
                             "reason": dec["welch"]["reason"]}
-    rows = g["entropy_overlap_rows"]
+    rows = g.entropy_overlap_rows
     if rows is not None:
         cand = seed_range(run_entropy(result["sides"]["candidate"]["runs"], rows))
         ref = reference_entropy_range(result["sides"]["reference"], rows)

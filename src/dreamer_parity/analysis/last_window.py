@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from dreamer_parity.params import side_seeds
+from dreamer_parity.round_spec import Round
 
 __all__ = ["DECODE_METRICS", "last_window_metrics"]
 
@@ -28,12 +28,12 @@ def _value(run, row: int, name: str):
     return v if math.isfinite(v) else None
 
 
-def last_window_metrics(params: dict, sides: dict, names=DECODE_METRICS) -> dict:
+def last_window_metrics(round_: Round, sides: dict, names=DECODE_METRICS) -> dict:
     """Last-window means of training metrics, per side and seed, as flat metric keys.
 
     Args:
-      params: validated params (each side's seeds, :func:`dreamer_parity.params.side_seeds`;
-        ``rows``).
+      round_: the round (each side's seeds,
+        :attr:`dreamer_parity.round_spec.RoundSide.seeds`; ``protocol.rows``).
       sides: ``{"reference" | "candidate": {"runs": [Run, ...], ...}}`` (``analyse``'s
         ``sides``); a side none of whose runs has training metrics (published runs) gives
         a ``<side>.reason`` key instead.
@@ -42,18 +42,18 @@ def last_window_metrics(params: dict, sides: dict, names=DECODE_METRICS) -> dict
     Returns:
       ``{"<name>.<side>.s<seed>": float | None, "<name>.<side>.mean": float | None,
       "rows": int}`` for each seed of the side: the window ending at the last evaluation
-      point (``params rows``); None where the seed has no record there (a failed seed), no
+      point (``rows``); None where the seed has no record there (a failed seed), no
       training metrics, or no finite value; the mean is None unless every seed of the side
       has a value.
     """
-    rows = params["rows"]
+    rows = round_.protocol.rows
     out: dict = {"rows": rows}
     for side, sd in sides.items():
         runs = {r.seed: r for r in sd["runs"]}
         if all(r.train is None for r in runs.values()):
             out[f"{side}.reason"] = _NO_TRAIN
             continue
-        seeds = side_seeds(params, side)
+        seeds = round_.side(side).seeds
         for name in names:
             vals = []
             for seed in seeds:

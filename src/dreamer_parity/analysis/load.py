@@ -23,20 +23,21 @@ from dreamer_parity import records
 from dreamer_parity import sides as sides_mod
 from dreamer_parity.analysis import published
 from dreamer_parity.analysis.runs import AnalysisError, Run, display_path
+from dreamer_parity.round_spec import Round
 
 __all__ = ["AnalysisError", "Run", "load_side", "display_path", "check_eval_rows",
            "load_run"]
 
 
 def _records_run(directory: Path, side: str, seed: int, made_by: str,
-                 params: dict | None = None) -> Run:
+                 round_: Round | None = None) -> Run:
     label = display_path(directory)
     if not directory.is_dir():
         raise AnalysisError(f"{label}: run directory of {side} seed {seed} not found")
     data = records.read_run(directory)  # raises RecordError naming file and line
     recs = data["records"]
     path = records.jsonl_path(directory, "records.jsonl")
-    legacy = records.check_run_agrees(directory, params, side, seed, data=data,
+    legacy = records.check_run_agrees(directory, round_, side, seed, data=data,
                                       made_by=made_by)
     for i, r in enumerate(recs, 1):
         if r["side"] != made_by:
@@ -86,13 +87,13 @@ def _records_run(directory: Path, side: str, seed: int, made_by: str,
                done_legacy=legacy)
 
 
-def load_run(src: sides_mod.SeedSource, side: str, params: dict | None = None) -> Run:
+def load_run(src: sides_mod.SeedSource, side: str, round_: Round | None = None) -> Run:
     """Load one seed of ``side`` from its :class:`~dreamer_parity.sides.SeedSource`.
 
     Args:
       src: where the seed comes from; side: the side it stands on.
-      params: the round's validated params: a run of our schema must then agree with
-        them as well as with itself (:func:`dreamer_parity.records.check_run_agrees`,
+      round_: the round: a run of our schema must then agree with it as well as with
+        itself (:func:`dreamer_parity.records.check_run_agrees`,
         judged by ``src.made_by``); None checks only that its files agree.
 
     Raises:
@@ -103,7 +104,7 @@ def load_run(src: sides_mod.SeedSource, side: str, params: dict | None = None) -
     if src.layout == "published":
         run = published.load_run_dir(Path(src.run_dir), side, src.seed, src.made_by)
     elif src.layout == "records":
-        run = _records_run(Path(src.run_dir), side, src.seed, src.made_by, params)
+        run = _records_run(Path(src.run_dir), side, src.seed, src.made_by, round_)
     else:
         raise ValueError(f"unknown layout {src.layout!r}")
     run.origin = src.source
@@ -111,16 +112,16 @@ def load_run(src: sides_mod.SeedSource, side: str, params: dict | None = None) -
 
 
 def load_side(source, side: str, seeds: list[int] | None = None,
-              params: dict | None = None) -> list[Run]:
+              round_: Round | None = None) -> list[Run]:
     """Load the runs of one side, one per seed, in the order of the side's seeds.
 
     Args:
       source: a :class:`dreamer_parity.sides.Side` (from :func:`dreamer_parity.sides.resolve`),
         or a directory, resolved by :func:`dreamer_parity.sides.side_from_dir`.
       side: ``"reference"`` or ``"candidate"``.
-      seeds: the round's seeds (params ``seeds``); needed with a directory.
-      params: the round's validated params: each run of our schema must then agree with
-        them as well as with itself (:func:`dreamer_parity.records.check_run_agrees`);
+      seeds: the side's seeds; needed with a directory.
+      round_: the round: each run of our schema must then agree with it as well as with
+        itself (:func:`dreamer_parity.records.check_run_agrees`);
         None checks only that its files agree with each other.
 
     Returns:
@@ -139,7 +140,7 @@ def load_side(source, side: str, seeds: list[int] | None = None,
             raise ValueError("load_side: seeds are needed with a directory")
         source = sides_mod.side_from_dir(source, side, seeds)
     entries = source.seeds if seeds is None else [source.by_seed(int(s)) for s in seeds]
-    return [load_run(e, side, params) for e in entries]
+    return [load_run(e, side, round_) for e in entries]
 
 
 def check_eval_rows(runs: list[Run], expected: list[int]) -> None:

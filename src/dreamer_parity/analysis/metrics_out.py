@@ -185,9 +185,10 @@ def source_keys(result: dict) -> dict:
 
 def summary(result: dict) -> dict:
     """The flat metrics dict of a round (see the module docstring)."""
-    p = result["params"]
+    round_ = result["round"]
     seeds = result["seeds"]
-    out = {"round": p["round"], "rows": p["rows"], "failed_rule": p["stats"]["failed_rule"]}
+    out = {"round": round_.name, "rows": round_.protocol.rows,
+           "failed_rule": round_.stats.failed_rule}
     out.update(source_keys(result))
     for side, runs in result["failed_seeds"].items():
         out[f"failed_seeds.{side}"] = len(runs)

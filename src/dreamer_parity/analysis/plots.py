@@ -73,7 +73,7 @@ def _placeholder(path: Path, title: str, reason: str) -> None:
 
 
 def _eval_curves(result: dict, path: Path) -> None:
-    p = result["params"]
+    round_ = result["round"]
     pts = np.asarray(result["points"])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for side in ("reference", "candidate"):
@@ -88,17 +88,17 @@ def _eval_curves(result: dict, path: Path) -> None:
         mat = ctx["eval"]
         ax.plot(pts, mat.mean(axis=0), color=COLORS["study_candidate"], lw=1.6, ls="--",
                 label=f"the study's candidate, mean over {mat.shape[0]} seeds (context)")
-    for r in p["stats"]["s1_rows"]:
+    for r in round_.stats.s1_rows:
         ax.axvline(r, color="grey", lw=0.6, ls=":")
-    if p["stats"]["late_rows"]:
-        a, b = p["stats"]["late_rows"]
+    if round_.stats.late_rows:
+        a, b = round_.stats.late_rows
         ax.axvspan(a, b, color="grey", alpha=0.08, label="LATE range")
-    ax.axhline(p["stats"]["good_return"], color="grey", lw=0.6, ls="--",
-               label=f"good return {p['stats']['good_return']:g}")
+    ax.axhline(round_.stats.good_return, color="grey", lw=0.6, ls="--",
+               label=f"good return {round_.stats.good_return:g}")
     ax.set_xlabel("rows (environment transitions over all 16 envs)")
     ax.set_ylabel("evaluation mean return (steps, max 500)")
     ax.set_ylim(0, 520)
-    ax.set_title(f"{p['round']}: evaluation return ({p['eval_episodes']} episodes per point; "
+    ax.set_title(f"{round_.name}: evaluation return ({round_.protocol.eval_episodes} episodes per point; "
                  f"dotted: S1 rows)")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
@@ -108,9 +108,9 @@ def _eval_curves(result: dict, path: Path) -> None:
 def _s2_curve(result: dict, path: Path) -> None:
     """Each side's S2 curve on its own (mean, seed band); a side without episodes is
     named with its reason in the title, never drawn as "not available" for all."""
-    p = result["params"]
+    round_ = result["round"]
     s2 = result["s2"]
-    title = f"{p['round']}: S2, training-episode rolling mean (last 10 per env, 16 envs)"
+    title = f"{round_.name}: S2, training-episode rolling mean (last 10 per env, 16 envs)"
     curves = s2.get("curve", {})
     if not curves:
         _placeholder(path, title, s2.get("reason") or "no side has training episodes")
@@ -144,8 +144,8 @@ def _s2_curve(result: dict, path: Path) -> None:
 
 def _entropy(result: dict, path: Path) -> None:
     """Actor entropy per window, each side that has windows (mean, seed [min, max])."""
-    p = result["params"]
-    title = f"{p['round']}: actor entropy {stats.ENTROPY} per window (seed [min, max])"
+    round_ = result["round"]
+    title = f"{round_.name}: actor entropy {stats.ENTROPY} per window (seed [min, max])"
     win = result.get("side_windows")
     drawn = [s for s in ("reference", "candidate") if win is not None and
              win["sides"][s]["reason"] is None and stats.ENTROPY in win["sides"][s]["metrics"]]
@@ -182,7 +182,7 @@ def write_figures(result: dict, plots_dir) -> None:
     _s2_curve(result, plots_dir / "s2_curve.png")
     _entropy(result, plots_dir / "entropy_windows.png")
     if "additions" in result:
-        _addition_figures(result["additions"], plots_dir, result["params"]["round"])
+        _addition_figures(result["additions"], plots_dir, result["round"].name)
 
 
 def _addition_figures(add: dict, plots_dir, round_name: str = "") -> None:

@@ -35,6 +35,7 @@ from dreamer_parity import environment, records
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.load import AnalysisError, display_path, load_side
 from dreamer_parity.provenance import REPO_ROOT
+from dreamer_parity.round_spec import Round
 
 __all__ = ["PUBLISHED_DIR", "PUBLISHED_REFERENCE", "matching_rounds", "same_seed", "check",
            "summary_keys", "report_lines"]
@@ -53,16 +54,17 @@ PUBLISHED_REFERENCE = {
 }
 
 
-def matching_rounds(params: dict) -> list[tuple[str, bool]]:
+def matching_rounds(round_: Round) -> list[tuple[str, bool]]:
     """Published rounds on the round's evaluation grid, as ``(name, same_protocol)``;
     ``same_protocol``: the reference decode and sampler match too.  Exact matches first."""
-    ref = params["reference"]
+    pr = round_.protocol
     out = []
     for name, p in PUBLISHED_REFERENCE.items():
         if (p["rows"], p["eval_every"], p["eval_episodes"]) != \
-                (params["rows"], params["eval_every"], params["eval_episodes"]):
+                (pr.rows, pr.eval_every, pr.eval_episodes):
             continue
-        out.append((name, p["decode"] == ref["decode"] and p["sampler"] == ref["sampler"]))
+        out.append((name, p["decode"] == round_.reference.decode
+                    and p["sampler"] == round_.reference_run.sampler))
     return sorted(out, key=lambda x: not x[1])
 
 
@@ -141,11 +143,11 @@ def same_seed(ours, published) -> dict:
             "first_differ": first}
 
 
-def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | None:
+def check(round_: Round, result: dict, published_dir=PUBLISHED_DIR) -> dict | None:
     """Compare the round's reference runs with each matching published round.
 
     Args:
-      params: the validated round.
+      round_: the round (:class:`dreamer_parity.round_spec.Round`).
       result: :func:`dreamer_parity.analysis.compare.analyse`'s result so far (``sides``,
         ``points``, ``eval``, ``s1``, ``s2``).
       published_dir: ``data/published``.
@@ -166,24 +168,24 @@ def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | Non
     if side["layout"] == "published":
         return None
     published_dir = Path(published_dir)
-    points, st = result["points"], params["stats"]
+    points, st, pr = result["points"], round_.stats, round_.protocol
     runs = side["runs"]
     seeds = [r.seed for r in runs]
     ours_eval = result["eval"]["reference"]
-    matches = matching_rounds(params)
+    matches = matching_rounds(round_)
     if not matches:
         return {"rounds": [], "reason": "the study published no reference runs on this round's "
-                f"grid (rows {params['rows']}, eval_every {params['eval_every']}, "
-                f"eval_episodes {params['eval_episodes']})"}
+                f"grid (rows {pr.rows}, eval_every {pr.eval_every}, "
+                f"eval_episodes {pr.eval_episodes})"}
     out = []
     for name, same in matches:
         pub = load_side(published_dir / name, "reference", PUBLISHED_REFERENCE[name]["seeds"])
-        pub_eval = stats.eval_matrix(pub, points, st["failed_rule"])
+        pub_eval = stats.eval_matrix(pub, points, st.failed_rule)
         entry = {"name": name, "same_protocol": same, "seeds": PUBLISHED_REFERENCE[name]["seeds"],
                  "decode": PUBLISHED_REFERENCE[name]["decode"],
                  "sampler": PUBLISHED_REFERENCE[name]["sampler"]}
         ours_s1 = result["s1"]["values"]["reference"]
-        r = _range(stats.s1_values(pub, st["s1_rows"], st["failed_rule"]))
+        r = _range(stats.s1_values(pub, list(st.s1_rows), st.failed_rule))
         entry["s1"] = {"ours": [float(x) for x in ours_s1], "published": r,
                        "inside": [_inside(x, r) for x in ours_s1]}
         ev = []
@@ -192,12 +194,12 @@ def check(params: dict, result: dict, published_dir=PUBLISHED_DIR) -> dict | Non
             ev.append({"rows": int(row), "ours": [float(x) for x in ours_eval[:, j]],
                        "published": r, "inside": [_inside(x, r) for x in ours_eval[:, j]]})
         entry["eval"] = ev
-        good = st["good_return"]
+        good = st.good_return
         entry["concordance"] = [
             {"rows": int(row), "ours": int((ours_eval[:, points.index(row)] >= good).sum()),
              "ours_n": len(runs), "published": int((pub_eval[:, points.index(row)] >= good).sum()),
              "published_n": len(pub), "good_return": good}
-            for row in st["concordance_rows"] if row in points]
+            for row in st.concordance_rows if row in points]
         s2_pub = _published_s2(name, published_dir)
         s2_ours = result["s2"].get("values", {}).get("reference") if not result["s2"].get("reason") else None
         if s2_pub is None or s2_ours is None:

@@ -21,6 +21,7 @@ import pandas as pd
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.metrics_out import (atomic_text, platform_parts, platform_text,
                                                  seed_ranges, source_rows)
+from dreamer_parity.round_spec import Round
 
 __all__ = ["render", "write_report", "known_differences", "plain_words"]
 
@@ -44,9 +45,10 @@ def _g(x) -> str:
     return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.4g}"
 
 
-def known_differences(params: dict, sides: dict) -> list[str]:
-    """Bullets naming the known differences between the two sides for these params."""
-    ref_dec, cand_dec = params["reference"]["decode"], params["decode"]
+def known_differences(round_: Round, sides: dict) -> list[str]:
+    """Bullets naming the known differences between the two sides of ``round_``
+    (:class:`dreamer_parity.round_spec.Round`; ``sides``: ``analyse``'s)."""
+    ref_dec, cand_dec = round_.reference.decode, round_.candidate.decode
     out = [
         "**D1, asynchrony (reference only).** The reference acts with policy parameters that lag "
         "the trained ones by one to two vector steps, prefetches its first training batch and "
@@ -54,7 +56,7 @@ def known_differences(params: dict, sides: dict) -> list[str]:
         "candidate acts with the latest parameters. Evaluation uses the latest parameters on "
         "both sides. Not removable without changing the reference.",
     ]
-    if params["reference"]["sampler"] == "per_run":
+    if round_.reference_run.sampler == "per_run":
         out.append("**D2, replay sampler stream: removed.** The reference's uniform replay selector "
                    "is seeded per run ([seed, 0x5EED]), as the candidate's sampler is seeded from the "
                    "run seed.")
@@ -174,7 +176,7 @@ def plain_words(result: dict) -> list[str]:
     primary statistic of the additions), Welch's test, the TOST addition and the
     concordance reading; every number in the text comes from ``result``.
     """
-    p = result["params"]
+    round_ = result["round"]
     n_c, n_r = len(result["sides"]["candidate"]["runs"]), len(result["sides"]["reference"]["runs"])
     g = result.get("gate") or {}
     add = result.get("additions")
@@ -186,7 +188,7 @@ def plain_words(result: dict) -> list[str]:
         return L + [f"No statistic could be decided: {(dec or {}).get('reason') or sec.get('reason')}."]
     name = stat.upper()
     what = (f"mean evaluation return over rows [{sec['rows'][0]}, {sec['rows'][1]}]"
-            if stat == "late" else f"mean evaluation return at rows {p['stats']['s1_rows']}")
+            if stat == "late" else f"mean evaluation return at rows {list(round_.stats.s1_rows)}")
     ref_vals = np.asarray(sec["values"]["reference"], dtype=np.float64)
     cand_vals = np.asarray(sec["values"]["candidate"], dtype=np.float64)
     L.append(f"* **{name}** ({what}) per seed: candidate mean **{_f(dec['A'])}** (seeds "
@@ -233,7 +235,7 @@ def plain_words(result: dict) -> list[str]:
     if r.get("reading"):
         if r["reading"] != "H2 or noise":
             words = "see the Concordance section for its parts."
-        elif p["reference"]["sampler"] == "per_run":
+        elif round_.reference_run.sampler == "per_run":
             words = ("with a replay sampler seeded per run, the reference shows no end-of-run "
                      "jump (H1) and no significant lead over the candidate (H3); the 20,000-row "
                      "concordance of stock reference runs is then put down to their shared "
@@ -327,21 +329,22 @@ def _metrics_overview(t) -> list[str]:
 
 def _head_lines(result: dict, prereg_link: str | None, notes) -> list[str]:
     """The title and the round's one-paragraph summary."""
-    p = result["params"]
-    L = [f"# Round `{p['round']}`: reference against candidate", ""]
+    round_, pr = result["round"], result["round"].protocol
+    L = [f"# Round `{round_.name}`: reference against candidate", ""]
     ref, cand = result["sides"]["reference"], result["sides"]["candidate"]
     L += [f"* Reference: `{ref['dir']}` ({ref['layout']} layout); candidate: `{cand['dir']}` "
           f"({cand['layout']} layout).",
           f"* Pre-registration: [{prereg_link}]({prereg_link})" if prereg_link else
           "* Pre-registration: none given for this round.",
-          (f"* Seeds {p['seeds']}; " if not _unequal(result) else
+          (f"* Seeds {result['seeds']['reference']}; " if not _unequal(result) else
            f"* Seeds of each side: reference {seed_ranges(result['seeds']['reference'])} "
            f"({len(result['seeds']['reference'])} seeds), candidate "
            f"{seed_ranges(result['seeds']['candidate'])} ({len(result['seeds']['candidate'])} "
            f"seeds); ")
-          + f"{p['rows']} rows; evaluation every {p['eval_every']} rows with "
-          f"{p['eval_episodes']} episodes; profile `{p['profile']}`; candidate decode `{p['decode']}`; "
-          f"reference decode `{p['reference']['decode']}`, sampler `{p['reference']['sampler']}`."]
+          + f"{pr.rows} rows; evaluation every {pr.eval_every} rows with "
+          f"{pr.eval_episodes} episodes; profile `{pr.profile}`; candidate decode "
+          f"`{round_.candidate.decode}`; reference decode `{round_.reference.decode}`, sampler "
+          f"`{round_.reference_run.sampler}`."]
     L += [f"* Note: {n}" for n in notes]
     return L
 
@@ -369,8 +372,10 @@ def _source_lines(result: dict) -> list[str]:
     return L
 
 
-def _parameter_lines(p: dict) -> list[str]:
-    """The table of the round's parameters."""
+def _parameter_lines(round_: Round) -> list[str]:
+    """The table of the round's parameters, as params.yaml writes them
+    (:meth:`dreamer_parity.round_spec.Round.to_params`)."""
+    p = round_.to_params()
     st = p["stats"]
     L = []
     L += ["", "## Parameters", "", "| key | value |", "|---|---|"]
@@ -391,16 +396,15 @@ def _parameter_lines(p: dict) -> list[str]:
 
 def _decision_lines(result: dict) -> list[str]:
     """The pre-registered decision: rule, rows, context, gate, versions, failed seeds."""
-    p = result["params"]
-    st = p["stats"]
+    st = result["round"].stats
     L = []
     L += [""] + plain_words(result)
     L += ["", "## Pre-registered decision", "",
           f"Rule (PROTOCOL.md 5.2): A = mean over candidate seeds, [lo, hi] = [min, max] over "
           f"reference seeds; LEARNS = A >= lo; WITHIN_RANGE = lo <= A <= hi; Welch's two-sided "
-          f"t-test on the per-seed values. S1 rows {st['s1_rows']}; S2 at row {result['s2']['row']}; "
-          + (f"LATE over [{st['late_rows'][0]}, {st['late_rows'][1]}] ({len(result['late']['points'])} "
-             f"points)." if st["late_rows"] else f"LATE: {result['late']['reason']}."), ""]
+          f"t-test on the per-seed values. S1 rows {list(st.s1_rows)}; S2 at row {result['s2']['row']}; "
+          + (f"LATE over [{st.late_rows[0]}, {st.late_rows[1]}] ({len(result['late']['points'])} "
+             f"points)." if st.late_rows else f"LATE: {result['late']['reason']}."), ""]
     if _unequal(result):
         L += [f"The sides have {len(result['seeds']['candidate'])} candidate and "
               f"{len(result['seeds']['reference'])} reference seeds "
@@ -453,7 +457,7 @@ def _decision_lines(result: dict) -> list[str]:
               + (" The two sides imported different versions (each from its own lock)."
                  if v["sides_differ"] else "")]
     L += ["", "### Failed seeds", "",
-          f"Rule used: `failed_rule = {st['failed_rule']}`: a seed whose run failed scores return 0 "
+          f"Rule used: `failed_rule = {st.failed_rule}`: a seed whose run failed scores return 0 "
           "at its failing evaluation point and every later one (S1, S2, LATE, concordance); it is "
           "never dropped and never scored 500."]
     any_failed = False
@@ -487,17 +491,18 @@ def _additions_lines(result: dict) -> list[str]:
 
 def _concordance_lines(result: dict) -> list[str]:
     """Concordance and the round-3 reading."""
-    st = result["params"]["stats"]
+    st = result["round"].stats
     L = []
     c, r = result["concordance"], result["reading"]
     L += ["", "## Concordance", "",
-          f"Runs per side with evaluation >= {st['good_return']:g}:", "",
+          f"Runs per side with evaluation >= {st.good_return:g}:", "",
           "| row | reference | candidate |", "|---|---|---|"]
     for row, cnt in c["at"].items():
         L.append(f"| {row} | {cnt['reference']} of {c['n']['reference']} | "
                  f"{cnt['candidate']} of {c['n']['candidate']} |")
     if c["rate"]["reference"] is not None:
-        L += ["", f"Rate of evaluations >= {st['good_return']:g} over {st['concordance_range']} "
+        L += ["", f"Rate of evaluations >= {st.good_return:g} over "
+              f"{list(st.concordance_range)} "
               f"({c['rate_points']} points per seed): reference {_f(c['rate']['reference'], 3)}, "
               f"candidate {_f(c['rate']['candidate'], 3)}."]
     else:
@@ -517,7 +522,6 @@ def _concordance_lines(result: dict) -> list[str]:
 
 def _check_lines(result: dict) -> list[str]:
     """The checks, and the known differences between the sides."""
-    p = result["params"]
     L = []
     checks = result["checks"]
     counts = {s: sum(ch.status == s for ch in checks) for s in ("PASS", "FAIL", "FLAG", "N/A")}
@@ -529,7 +533,7 @@ def _check_lines(result: dict) -> list[str]:
     L += ["```"] + [ch.line() for ch in checks] + ["```"]
 
     L += ["", "## Known differences between the sides (read before interpreting)", ""]
-    L += [f"* {b}" for b in known_differences(p, result["sides"])]
+    L += [f"* {b}" for b in known_differences(result["round"], result["sides"])]
 
     L += ["", "## Evaluation curve (mean return of the evaluation episodes)", ""]
     L += _curve_table(result, "eval")
@@ -593,7 +597,7 @@ def render(result: dict, prereg_link: str | None = None, notes: list[str] = (),
     """The report as Markdown text (see the module docstring)."""
     L = _head_lines(result, prereg_link, notes)
     L += _source_lines(result)
-    L += _parameter_lines(result["params"])
+    L += _parameter_lines(result["round"])
     L += _decision_lines(result)
     L += _additions_lines(result)
     L += _concordance_lines(result)

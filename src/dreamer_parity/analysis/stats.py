@@ -18,7 +18,7 @@ such in every output): a percentile bootstrap 95% interval of the difference of 
 (candidate - reference), resampling seeds within each side with a fixed generator, and
 the seeds per side a two-sided Welch test at alpha 0.05 needs for 80% power.
 
-The two sides may hold different numbers of seeds (``params.side_seeds``): every
+The two sides may hold different numbers of seeds (``round_spec.RoundSide.seeds``): every
 statistic here takes each side as an independent sample of its own size (Welch's t and
 its Welch-Satterthwaite df, the range of the reference seeds, the bootstrap resampling
 each side within itself); none pairs seed S of one side with seed S of the other.  The

@@ -38,6 +38,7 @@ import scipy.stats as sps
 
 from dreamer_parity.analysis import stats
 from dreamer_parity.analysis.windows import WINDOW_METRICS
+from dreamer_parity.round_spec import Stats
 
 __all__ = ["compute", "window_test", "stretch_test", "signature_reading", "summary_keys", "report_lines",
            "SIGNATURE_RATIO", "ALPHA", "PERSISTENCE_METRIC"]
@@ -176,12 +177,13 @@ def signature_reading(by_row: dict) -> dict:
     return {"conditions": cond, "reading": reading, "reason": None}
 
 
-def compute(side_windows: dict, params: dict) -> dict | None:
+def compute(side_windows: dict, settings: Stats) -> dict | None:
     """The pre-registered window tests of a round (module docstring).
 
     Args:
       side_windows: :func:`dreamer_parity.analysis.windows.compute`'s result.
-      params: validated params (``stats.signature_rows``, ``stats.persistence_rows``).
+      settings: the round's statistics settings (:class:`dreamer_parity.round_spec.Stats`:
+        ``signature_rows``, ``persistence_rows``).
 
     Returns:
       None when the round names neither; else ``{"signature": {"rows", "tests": {row:
@@ -189,8 +191,7 @@ def compute(side_windows: dict, params: dict) -> dict | None:
       {"rows", "tests": {metric: stretch_test}, "reading", "reason"}}`` (a part the round
       does not name is left out; ``reason`` set and no tests when a side has no windows).
     """
-    st = params["stats"]
-    sig_rows, pers = list(st.get("signature_rows") or []), list(st.get("persistence_rows") or [])
+    sig_rows, pers = list(settings.signature_rows), list(settings.persistence_rows)
     if not sig_rows and not pers:
         return None
     a, b = side_windows["sides"]["reference"], side_windows["sides"]["candidate"]

@@ -7,9 +7,9 @@ Command line::
 
 Steps, each failing with one line (exit status 2) before any compute:
 
-1. validate ``--params`` with :func:`dreamer_parity.params.load` and the seed (a
-   non-negative integer) (which seeds run here is the pipeline's decision,
-   :func:`dreamer_parity.sides.runs_here`);
+1. read the round from ``--params`` (:func:`dreamer_parity.params.load_round`) and the
+   seed (a non-negative integer) (which seeds run here is the round's,
+   :meth:`dreamer_parity.round_spec.RoundSide.runs_here`);
 2. check the set-up of the environment ``reference.jax`` names
    (:func:`dreamer_parity.reference.setup.check_setup`): the checkout at 29eb964, clean,
    and the venv matching its lock (``requirements-reference.lock``, or
@@ -47,8 +47,8 @@ import sys
 from pathlib import Path
 
 from dreamer_parity import params as params_mod
-from dreamer_parity import sides
 from dreamer_parity import provenance, records
+from dreamer_parity.round_spec import Round
 from dreamer_parity.reference import runner
 from dreamer_parity.reference import setup as ref_setup
 
@@ -131,7 +131,8 @@ def runner_command(info: dict, seed: int, out: Path, p: dict,
       info: :func:`dreamer_parity.reference.setup.check_setup` result.
       seed: run seed.
       out: absolute output directory.
-      p: validated params.
+      p: validated params (written out as the runner's arguments,
+        :func:`dreamer_parity.reference.runner.arguments`).
       module: the module run with ``-m``: the runner, or a diagnostic wrapper of it that
         takes the same arguments (:mod:`dreamer_parity.reference.probe_runner`).
 
@@ -169,34 +170,36 @@ def main(argv=None) -> int:
                                                  "`python -m dreamer_parity.reference.setup`)")
     a = ap.parse_args(argv)
     try:
-        p = params_mod.load(a.params)
+        round_ = params_mod.load_round(a.params)
     except params_mod.ParamsError as e:
         print(f"error: {e}", file=sys.stderr)   # the same line at every entry point
         return 2
     except FileNotFoundError:
-        p = None
+        round_ = None
     try:
         seed = parse_seed(a.seed)
-        if p is None:
+        if round_ is None:
             raise LaunchError(f"--params {a.params}: no such file")
-        if seed not in sides.runs_here(p, "reference"):
+        if seed not in round_.reference.runs_here():
             raise LaunchError(
                 f"params: reference.source: seed {seed} comes from "
-                f"{sides.seed_sources(p, 'reference').get(seed, 'no source (not a round seed)')}"
+                f"{round_.reference.origins().get(seed, 'no source (not a round seed)')}"
                 f", not 'run'; this round does not run it")
     except LaunchError as e:
         print(f"reference launch: error: {e}", file=sys.stderr)
         return 2
-    return launch(p, seed, a.out, a.root)
+    return launch(round_, seed, a.out, a.root)
 
 
-def launch(p: dict, seed: int, out_dir, root=None, module: str = RUNNER) -> int:
-    """Run one reference seed of validated params ``p`` into ``out_dir``.
+def launch(round_: Round, seed: int, out_dir, root=None, module: str = RUNNER) -> int:
+    """Run one reference seed of ``round_`` (:class:`dreamer_parity.round_spec.Round`)
+    into ``out_dir``; the runner receives the round's params
+    (:meth:`~dreamer_parity.round_spec.Round.to_params`, :func:`runner_command`).
 
     Checks the output directory (a completed run is refused), the reference set-up under
     ``root`` (default: as ``python -m dreamer_parity.reference.setup``) and the reference
     venv's package pins, then runs the runner in the reference venv.  Which seeds run here
-    is the pipeline's decision (:func:`dreamer_parity.sides.runs_here`), not this one's.
+    is the round's (:meth:`dreamer_parity.round_spec.RoundSide.runs_here`), not this one's.
 
     ``module`` is the runner module (:func:`runner_command`); the pipeline always runs the
     runner itself.
@@ -208,7 +211,7 @@ def launch(p: dict, seed: int, out_dir, root=None, module: str = RUNNER) -> int:
         out = Path(out_dir).resolve()
         if (out / records.DONE).exists():
             prepare_out_dir(out)  # refuses a completed run, whatever the set-up
-        jax = p["reference"]["jax"]
+        jax = round_.reference_run.jax
         try:
             info = ref_setup.check_setup(root, check_packages=False, jax=jax)
             # jax, jaxlib, numpy of the reference venv against its environment's lock
@@ -228,17 +231,18 @@ def launch(p: dict, seed: int, out_dir, root=None, module: str = RUNNER) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     info["jaxcache"].mkdir(parents=True, exist_ok=True)
-    cmd, env = runner_command(info, seed, out, p, module)
+    cmd, env = runner_command(info, seed, out, round_.to_params(), module)
     env.pop(provenance.CHECKED_ENV, None)
     env.pop(provenance.VERSION_SET_ENV, None)
     if pins["checked"]:
         env[provenance.CHECKED_ENV] = "1"   # the runner's run.json records versions_checked
         if info["version_set"] and not pins["override"]:
             env[provenance.VERSION_SET_ENV] = info["version_set"]   # ... and its version set
-    r = p["reference"]
-    print(f"reference launch: seed {seed}, profile {p['profile']}, rows {p['rows']}, "
-          f"decode {r['decode']}, sampler {r['sampler']}, jax {r['jax']}, platform "
-          f"{r['platform']}, precision {r['precision']}", file=sys.stderr, flush=True)
+    r = round_.reference_run
+    print(f"reference launch: seed {seed}, profile {round_.protocol.profile}, rows "
+          f"{round_.protocol.rows}, decode {round_.reference.decode}, sampler {r.sampler}, "
+          f"jax {r.jax}, platform {r.platform}, precision {r.precision}", file=sys.stderr,
+          flush=True)
     with open(out / "stdout.log", "w") as log:
         code = subprocess.call(cmd, env=env, cwd=str(out), stdout=log)
     if code != 0:

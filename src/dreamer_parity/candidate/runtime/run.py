@@ -9,7 +9,7 @@ Command line (the DVC stage)::
 ``--set`` changes a parameter of the file first, as ``dvc exp run -S`` would (a batch of
 seeds on a device: ``--set 'seeds=[10, 11, 12]'``); the run records the parameters it ran.
 
-The parameters are validated (:func:`dreamer_parity.params.load`) before anything heavy
+The round is read and validated (:func:`dreamer_parity.params.load_round`) before anything heavy
 is imported or compiled.  All seeds run in one jitted program
 (:mod:`dreamer_parity.candidate.runtime.loop`).  On CPU the command asks XLA for one host
 device per seed and the program runs each seed's one-seed program, without ``vmap``, on its
@@ -481,7 +481,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     from ...provenance import REPO_ROOT, PinError, check_pins
     try:
-        params = paramslib.load(args.params, args.set)
+        round_ = paramslib.load_round(args.params, args.set)
         # what this process imports must be what requirements.lock pins (before any compile;
         # $DREAMER_PARITY_ALLOW_VERSIONS=1 runs anyway and run.json records the override)
         check_pins(REPO_ROOT / "requirements.lock")
@@ -506,18 +506,17 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     # seeds whose candidate source is not `run` come from elsewhere: a stand-in marker each
-    # (docs/SIDES.md); the decision is dreamer_parity.sides' alone
+    # (docs/SIDES.md); the decision is the round's alone (round_spec.RoundSide)
     from ... import sides
-    where = sides.seed_sources(params, "candidate")
-    for seed, src in where.items():
+    for seed, src in round_.candidate.origins().items():
         if src != "run":
             sides.write_stand_in(records.run_dir(args.out, "candidate", seed), "candidate",
                                  seed, src)
             _log(f"candidate.source: seed {seed} comes from {src}; nothing runs here")
-    here = sides.runs_here(params, "candidate")
+    here = round_.candidate.runs_here()
     if not here:
         return 0
-    params = {**params, "seeds": here}
+    params = {**round_.to_params(), "seeds": list(here)}
     # one host device per seed (candidate/runtime/seedmesh.py), before jax starts its CPU backend
     from . import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))
