@@ -44,13 +44,13 @@ in one command, with the prepared folder beside the checkout:
    ``run.json`` records ``XLA_FLAGS`` (``provenance.xla_flags``), the device kind
    (``environment.device_kind``) and on a GPU its model, driver and autotuning level
    (``provenance.gpu``);
-4. on success (``DONE.json`` status ok) writes ``$OUT/NAME.tar.gz``
-   (:func:`dreamer_parity.archive.pack`: ``reference/s<S>/`` with ``records.jsonl``,
+4. on success (``DONE.json`` status ok) writes ``NAME.tar.gz`` into ``--out-dir``
+   (default: the ``OUT`` environment variable; :func:`dreamer_parity.archive.pack`: ``reference/s<S>/`` with ``records.jsonl``,
    ``episodes.jsonl``, ``run.json``, ``timing.json`` and ``DONE.json``; no ``params.npz``),
-   written under a temporary name and renamed when complete: a call cut before that leaves
-   no archive, and an unfinished run never has a ``DONE.json``.  ``$OUT/NAME.log`` holds
+   written under a temporary name and renamed when complete: a command cut before that leaves
+   no archive, and an unfinished run never has a ``DONE.json``.  ``NAME.log`` there holds
    this script's output in every case;
-5. with ``--with-heads``, also ``$OUT/NAME.heads.npz``, the two-hot heads' output layers
+5. with ``--with-heads``, also ``NAME.heads.npz`` there, the two-hot heads' output layers
    of the finished run's final parameters (:func:`save_heads`), for a diagnosis only.
 
 Back here: ``python -m dreamer_parity.keep NAME.tar.gz data/runs/<name> --params
@@ -287,7 +287,27 @@ def _install(wheels: Path, site: Path, make: str) -> str:
             else f"no wheels in {wheels} (`make {make}` prepares them)")
 
 
-def main(argv=None) -> int:
+def _log_run(run_dir: Path, log) -> None:
+    """One log line each for the finished run's GPU (when ``run.json`` names one), backend,
+    precision, shims and timing (``timing.json``); nothing when either file is unreadable."""
+    try:
+        timing = records.read_json(run_dir / "timing.json")
+        run_json = records.read_json(run_dir / "run.json")
+        env_rec = run_json.get("environment", {})
+        gpus = ((run_json.get("provenance") or {}).get("gpu") or {}).get("gpus") or []
+        if gpus:
+            log(f"[device] GPU {gpus[0].get('name')}, driver {gpus[0].get('driver')}")
+        log(f"[device] {env_rec.get('backend')} ({env_rec.get('device_kind')}), precision "
+            f"{env_rec.get('matmul_precision')}, shims {env_rec.get('shims')}; build and compile "
+            f"{timing.get('build_compile_s', 0):.1f} s, {timing.get('updates')} updates at "
+            f"{1000 * (timing.get('s_per_update_loop') or 0):.1f} ms, evaluations "
+            f"{timing.get('eval_s_total', 0):.1f} s, loop {timing.get('loop_s', 0):.1f} s")
+    except (records.RecordError, TypeError, ValueError):
+        pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.device_reference", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--machine", choices=tuple(MACHINES), default=DEFAULT_MACHINE,
@@ -310,7 +330,8 @@ def main(argv=None) -> int:
                     help="where the run is made (default: device-reference/NAME in the "
                          "temporary directory)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT"),
-                    help="where the archive and the log go (default $OUT)")
+                    help="where the archive and the log go (default: the OUT environment "
+                         "variable)")
     ap.add_argument("--interpreter", default=sys.executable,
                     help="the reference's interpreter (default this one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -318,7 +339,11 @@ def main(argv=None) -> int:
     ap.add_argument("--with-heads", action="store_true",
                     help="also bring back the two-hot heads' output layers of the final "
                          "parameters as NAME.heads.npz (for measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
     if a.prepare:
         try:
             got = prepare(a.prepare, a.source, a.machine)
@@ -332,7 +357,8 @@ def main(argv=None) -> int:
               f"lock: {differs}; copy {Path(a.prepare).name}/ with the working tree")
         return 0
     if a.seed is None or a.name is None or not a.out_dir:
-        print("error: --seed, --name and --out-dir (or $OUT) are needed", file=sys.stderr)
+        print("error: --seed, --name and --out-dir (or the OUT environment variable) are "
+              "needed", file=sys.stderr)
         return 2
     if a.seed < 0 or not NAME_PATTERN.fullmatch(a.name):
         print(f"error: --seed must be non-negative and --name letters, digits, '.', '_', '-' "
@@ -394,20 +420,7 @@ def main(argv=None) -> int:
     if target is None:
         log(f"[device] no archive: the run did not finish ok")
         return 1
-    try:
-        timing = records.read_json(run_dir / "timing.json")
-        run_json = records.read_json(run_dir / "run.json")
-        env_rec = run_json.get("environment", {})
-        gpus = ((run_json.get("provenance") or {}).get("gpu") or {}).get("gpus") or []
-        if gpus:
-            log(f"[device] GPU {gpus[0].get('name')}, driver {gpus[0].get('driver')}")
-        log(f"[device] {env_rec.get('backend')} ({env_rec.get('device_kind')}), precision "
-            f"{env_rec.get('matmul_precision')}, shims {env_rec.get('shims')}; build and compile "
-            f"{timing.get('build_compile_s', 0):.1f} s, {timing.get('updates')} updates at "
-            f"{1000 * (timing.get('s_per_update_loop') or 0):.1f} ms, evaluations "
-            f"{timing.get('eval_s_total', 0):.1f} s, loop {timing.get('loop_s', 0):.1f} s")
-    except (records.RecordError, TypeError, ValueError):
-        pass
+    _log_run(run_dir, log)
     log(f"[device] archived {target.name} ({target.stat().st_size / 2**10:.0f} KiB) "
         f"in {time.time() - t0:.1f} s")
     if a.with_heads:
