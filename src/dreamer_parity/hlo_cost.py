@@ -1,4 +1,4 @@
-"""Matmul FLOPs of a compiled XLA program, counted from its optimized HLO text.
+"""Matmul FLOPs and GPU kernels of a compiled XLA program, counted from its optimized HLO text.
 
 XLA's ``cost_analysis()`` counts a ``while`` body once and gives oneDNN custom calls zero
 FLOPs.  :func:`matmul_flops` walks the
@@ -14,7 +14,9 @@ counted.
 same text: the top-level instructions of the entry computation, of ``while`` bodies (times
 their trip counts) and of called computations that launch work, by kind and by loop, with
 the host launches that remain when XLA records sequences of them into command buffers (CUDA
-graphs), and an estimate of their memory traffic.  Standard library only.
+graphs), and an estimate of their memory traffic.  :func:`thunk_counts` counts the same from
+XLA:GPU's thunk-sequence dump, where this XLA forms its command buffers after the HLO
+stage (the host launches ``benchmarks/gpu_kernels.py`` reports).  Standard library only.
 """
 
 from __future__ import annotations
