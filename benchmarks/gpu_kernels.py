@@ -4,7 +4,8 @@ In a Python 3.12 environment with jax 0.11.2 and its CUDA plugin (``jax-cuda13-p
 ``jax-cuda13-pjrt`` 0.11.2; no GPU needed), from the repository root::
 
     JAX_PLATFORMS=cpu python benchmarks/gpu_kernels.py [--seeds 1 32] [--kernel-us 2 5]
-        [--xla-option xla_gpu_graph_min_graph_size=1 ...] [--observe-remat]
+        [--xla-option xla_gpu_graph_min_graph_size=1 ...] [--observe-grad auto|scan|remat|batched]
+        [--opt-norms auto|tensor|chunked]
 
 For each seed count: the compile seconds, the kernels per update from the optimized HLO by
 kind and by loop (``dreamer_parity.hlo_cost.kernel_counts``), the launches the host submits
@@ -31,6 +32,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.lib.cli import bench_params, positive_int  # noqa: E402
 from dreamer_parity import params as P  # noqa: E402
 from dreamer_parity import records  # noqa: E402
+from dreamer_parity.candidate.config import OBSERVE_GRADS, OPT_NORMS  # noqa: E402
 
 
 def _option(text: str) -> tuple[str, str]:
@@ -47,8 +49,12 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", default="highest", choices=P.PRECISIONS)
     ap.add_argument("--kernel-us", type=float, nargs="+", default=[2.0, 5.0],
                     help="assumed microseconds per kernel (launch and latency)")
-    ap.add_argument("--observe-remat", action="store_true",
-                    help="AgentConfig.observe_remat: recompute the observe steps backward")
+    ap.add_argument("--observe-grad", default="auto", choices=OBSERVE_GRADS,
+                    help="AgentConfig.observe_grad: how the observe scan's gradient is taken "
+                         "(auto: as on a GPU, batched)")
+    ap.add_argument("--opt-norms", default="auto", choices=OPT_NORMS,
+                    help="AgentConfig.opt_norms: how the optimizer's norms are reduced "
+                         "(auto: as on a GPU, chunked)")
     ap.add_argument("--xla-option", type=_option, action="append", default=[],
                     help="an XLA:GPU compiler option of the compile (repeatable)")
     a = ap.parse_args(argv)
@@ -73,7 +79,8 @@ def main(argv=None) -> int:
         print(f"compiling the update at {n} seed(s) for the H200 ...", file=sys.stderr,
               flush=True)
         r = gk.count_update(n, p["profile"], a.precision, dict(a.xla_option),
-                            agent_options={"observe_remat": a.observe_remat})
+                            agent_options={"observe_grad": a.observe_grad,
+                                                         "opt_norms": a.opt_norms})
         h, t = r["hlo"], r["thunks"] or {}
         print(f"\n## {n} seed(s), profile {p['profile']}, precision {a.precision}: "
               f"compile {r['compile_s']:.0f} s")
@@ -94,7 +101,8 @@ def main(argv=None) -> int:
         out.append({**r, "hlo": {k: v for k, v in h.items() if k != "loops"},
                     "loops": h["loops"]})
     print("RESULT " + json.dumps({"options": dict(a.xla_option),
-                                  "observe_remat": a.observe_remat, "runs": out}))
+                                  "observe_grad": a.observe_grad, "opt_norms": a.opt_norms,
+                                  "runs": out}))
     return 0
 
 

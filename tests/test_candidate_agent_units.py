@@ -472,8 +472,26 @@ def test_return_normaliser():
 
 # ------------------------------------------------------------------ optimizer
 
-def test_optimizer_against_hand_computation():
-    cfg = AgentConfig.for_profile("smoke", warmup=2, lr=0.1)
+def test_chunked_norms_against_numpy():
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(size=s).astype(np.float32) for s in [(3, 700), (5,), (2048,), (1, 1)]]
+    want = [np.linalg.norm(a.astype(np.float64)) for a in arrays]
+    got = optim.chunked_norms([jnp.asarray(a) for a in arrays])     # one norm per array
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    got = optim.chunked_norms([jnp.asarray(a) for a in arrays], [1, 0, 1, 0], chunk=256)
+    np.testing.assert_allclose(np.asarray(got), [np.hypot(want[1], want[3]),
+                                                 np.hypot(want[0], want[2])], rtol=1e-6)
+    with pytest.raises(ValueError, match="2 groups for 4 arrays"):
+        optim.chunked_norms([jnp.asarray(a) for a in arrays], [0, 1])
+    with pytest.raises(ValueError, match="no arrays"):
+        optim.chunked_norms([])
+    with pytest.raises(ValueError, match="norms_form: setting must be one of"):
+        optim.norms_form("flat")
+
+
+@pytest.mark.parametrize("norms", ["tensor", "chunked"])
+def test_optimizer_against_hand_computation(norms):
+    cfg = AgentConfig.for_profile("smoke", warmup=2, lr=0.1, opt_norms=norms)
     params = {"a": jnp.array([[3.0, 4.0]], jnp.float32), "b": jnp.array([1e-5, 0.0], jnp.float32)}
     grads = [{"a": jnp.array([[1.0, -2.0]]), "b": jnp.array([3.0, 4.0])},
              {"a": jnp.array([[0.1, 0.0]]), "b": jnp.array([-1.0, 0.5])},
@@ -484,7 +502,7 @@ def test_optimizer_against_hand_computation():
     nu = {k: np.zeros_like(v) for k, v in p_np.items()}
     mu = {k: np.zeros_like(v) for k, v in p_np.items()}
     for t, g in enumerate(grads, start=1):
-        new_params, state, m = optim.apply(tx, g, state, params)
+        new_params, state, m = optim.apply(tx, g, state, params, norms)
         for k in p_np:
             gk = np.float64(g[k])
             upper = 0.3 * max(1e-3, np.linalg.norm(p_np[k]))
@@ -549,26 +567,44 @@ def test_config_errors():
     assert (cfg.deter, cfg.hidden, cfg.units, cfg.decode) == (64, 16, 16, "ref")
 
 
-def test_observe_remat_recomputes_the_steps_and_gives_the_same_update():
-    # AgentConfig.observe_remat wraps the observe step in jax.checkpoint (a GPU lever):
-    # off, the step is traced as before; on, the update is the same up to float32 rounding
+def test_speed_forms_give_the_same_gradient_and_update():
+    # The speed settings whose "auto" differs by backend (observe_grad, opt_norms): the
+    # "batched" observe gradient with "chunked" norms is what a GPU traces
+    # (observe.grad_form, optim.norms_form; "remat": tests/test_candidate_observe.py).  The
+    # raw gradients (every leaf, the observe scan's RSSM kernels among them), the new state
+    # and the metrics (the optimizer's norms among them) agree with the CPU's forms to
+    # float32 rounding.
     from functools import partial
 
+    from dreamer_parity.candidate import observe
     from dreamer_parity.candidate.synthetic import synthetic_batch
-    with pytest.raises(ValueError, match="observe_remat"):
-        AgentConfig(observe_remat="yes")
-    out = {}
-    for remat in (False, True):
-        cfg = AgentConfig.for_profile("smoke", observe_remat=remat)
+    with pytest.raises(ValueError, match="observe_grad"):
+        AgentConfig(observe_grad="fused")
+    with pytest.raises(ValueError, match="opt_norms"):
+        AgentConfig(opt_norms="flat")
+    assert [observe.grad_form("auto", b) for b in ("cpu", "tpu", "gpu")] == \
+        ["scan", "scan", "batched"]
+    assert [optim.norms_form("auto", b) for b in ("cpu", "tpu", "gpu")] == \
+        ["tensor", "tensor", "chunked"]
+    out, jaxprs = {}, []
+    for form, norms in (("scan", "tensor"), ("batched", "chunked")):
+        cfg = AgentConfig.for_profile("smoke", observe_grad=form, opt_norms=norms)
         state = agent.init(jax.random.PRNGKey(0), cfg)
-        batch = synthetic_batch(cfg, 2, 6, seed=1)
-        step = partial(agent.train_step, cfg)
+        batch = synthetic_batch(cfg, 3, 7, seed=1)
+        step = partial(agent.train_step, cfg, internals=True)
         jaxpr = str(jax.make_jaxpr(step)(state, batch, jax.random.PRNGKey(2)))
-        assert ("checkpoint" in jaxpr or "remat" in jaxpr) == remat
-        out[remat] = jax.jit(step)(state, batch, jax.random.PRNGKey(2))
-    leaves = jax.tree_util.tree_leaves_with_path(out[False])
-    assert len(leaves) == len(jax.tree_util.tree_leaves(out[True])) > 10
-    for (path, a), b in zip(leaves, jax.tree_util.tree_leaves(out[True])):
-        a, b = np.asarray(a), np.asarray(b)
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6 * max(np.abs(a).max(), 1e-30),
-                                   err_msg=jax.tree_util.keystr(path))
+        assert jaxpr not in jaxprs          # each form traces its own program
+        jaxprs.append(jaxpr)
+        out[form] = jax.jit(step)(state, batch, jax.random.PRNGKey(2))
+    g = out["scan"][1]["grads"]["dyn"]
+    assert min(float(np.abs(np.asarray(g[k]["kernel"])).max())
+               for k in ("dynin0", "dynin1", "dyn0", "dyncore", "obs0", "obslogit")) > 1e-6
+    assert float(out["scan"][2]["opt_grad_norm"]) > 1e-3
+    ref = jax.tree_util.tree_leaves_with_path(out["scan"])
+    for form in ("batched",):
+        leaves = jax.tree_util.tree_leaves(out[form])
+        assert len(leaves) == len(ref) > 10
+        for (path, a), b in zip(ref, leaves):
+            a, b = np.asarray(a), np.asarray(b)
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * max(np.abs(a).max(), 1e-30),
+                                       err_msg=f"{form}: {jax.tree_util.keystr(path)}")

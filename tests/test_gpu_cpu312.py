@@ -5,7 +5,8 @@ suite runs Python 3.11 and requirements.lock's jax.  Where ``python3.12`` exists
 environment is made once from ``requirements-gpu-cpu312.lock`` (every line, ``--no-deps``: the
 image's packages with the CPU jaxlib, the shipped ones ``make gpu-wheels`` fetches, pytest),
 cached under ``~/.cache/dreamer-parity/gpu-cpu312-<digest of the lock's pins>``, and the
-candidate's fast tests (agent units, two-hot, loop parts) run there against this checkout's ``src``.  So a
+candidate's fast tests (agent units, two-hot, loop parts, the observe scan's gradient forms)
+run there against this checkout's ``src``.  So a
 change that breaks the candidate under jax 0.11.2 fails here rather than on the GPU machine.
 Without a working ``python3.12`` (on PATH, from pyenv, or named by
 ``$DREAMER_PARITY_PYTHON312``), or where the environment cannot be made (no package index), the tests
@@ -30,7 +31,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dreame
 #: The candidate's tests run under Python 3.12; the reference's comparisons (they need its own
 #: venv) and the slowest gradient checks (the same code, run by the main suite) are left out.
 TESTS = ["tests/test_candidate_agent_units.py", "tests/test_candidate_twohot_index.py",
-         "tests/test_candidate_loop_parts.py"]
+         "tests/test_candidate_loop_parts.py", "tests/test_candidate_observe.py"]
 DESELECT = "not reference and not observe_scan_gradients and not hoisted_inputs"
 
 pytestmark = pytest.mark.slow

@@ -108,7 +108,8 @@ def compile_update(seeds: int, profile: str = "full", precision: str = "highest"
       precision: ``jax_default_matmul_precision`` (``"default"`` leaves jax's own).
       options: XLA compiler options of this compile (``compiler_options`` of
         ``Lowered.compile``: debug options such as ``xla_gpu_enable_command_buffer``), or None.
-      agent_options: :class:`AgentConfig` fields to set (``{"observe_remat": True}``), or None.
+      agent_options: :class:`AgentConfig` fields to set (``{"observe_grad": "scan"}``), or
+        None; ``auto`` settings resolve as on a GPU.
 
     Returns:
       ``{"hlo": optimized HLO text, "compile_s": seconds of lower + compile (wall),
@@ -134,7 +135,7 @@ def compile_update(seeds: int, profile: str = "full", precision: str = "highest"
     from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from dreamer_parity.candidate import agent, twohot
+    from dreamer_parity.candidate import agent, observe, optim, twohot
     from dreamer_parity.candidate.config import AgentConfig
     from dreamer_parity.candidate.runtime import seedmap
     from dreamer_parity.candidate.synthetic import synthetic_batch
@@ -147,9 +148,13 @@ def compile_update(seeds: int, profile: str = "full", precision: str = "highest"
                            f"jax-cuda13-pjrt {jax.__version__}): {str(e).splitlines()[0]}") from e
     jax.config.update("jax_default_matmul_precision", None if precision == "default" else precision)
     rep = NamedSharding(Mesh(topo.devices, ("x",)), PartitionSpec())
-    # the two-hot form a GPU run traces (this process's own backend is the CPU)
+    # the forms a GPU run traces (this process's own backend is the CPU)
+    opts = {"twohot_index": "auto", "observe_grad": "auto", "opt_norms": "auto",
+            **(agent_options or {})}
     cfg = AgentConfig.for_profile(profile, **{
-        "twohot_index": twohot.index_form("auto", "gpu"), **(agent_options or {})})
+        **opts, "twohot_index": twohot.index_form(opts["twohot_index"], "gpu"),
+        "observe_grad": observe.grad_form(opts["observe_grad"], "gpu"),
+        "opt_norms": optim.norms_form(opts["opt_norms"], "gpu")})
 
     def spec(x):
         return jax.ShapeDtypeStruct((seeds,) + tuple(x.shape), x.dtype, sharding=rep)

@@ -278,9 +278,10 @@ def kernel_kind(inst: dict, comps: dict | None = None) -> str:
 
 def _kernel_bytes(inst: dict, types: dict, comps: dict) -> int:
     """Bytes a kernel reads and writes in device memory, as its operands and result: an
-    operand a fusion only slices (``dynamic-slice``) counts at the slices' size, one it only
-    updates in place (operand 0 of ``dynamic-update-slice``) at nothing, and a result made
-    by ``dynamic-update-slice`` at the update's size.  L2 reuse is ignored."""
+    operand a fusion only slices (``dynamic-slice``, also through ``bitcast``s) counts at the
+    slices' size, one it only updates in place (operand 0 of ``dynamic-update-slice``) at
+    nothing, and a result made by ``dynamic-update-slice`` at the update's size.  L2 reuse
+    is ignored."""
     fused = comps.get(next(iter(called(inst["attrs"], "calls")), ""), None) \
         if inst["op"] in ("fusion", "fusion-start") else None
     if fused is None:
@@ -291,6 +292,13 @@ def _kernel_bytes(inst: dict, types: dict, comps: dict) -> int:
     for i in fused:
         for pos, o in enumerate(i["operands"]):
             users.setdefault(_ref(o), []).append((i, pos))
+
+    def uses(name):   # the users of ``name``, looking through bitcasts (no data moved)
+        out = []
+        for u, pos in users.get(name, []):
+            out += uses(u["name"]) if u["op"] == "bitcast" else [(u, pos)]
+        return out
+
     total = 0
     for i in fused:
         if i["op"] != "parameter":
@@ -298,7 +306,7 @@ def _kernel_bytes(inst: dict, types: dict, comps: dict) -> int:
         idx = int(i["operands"][0]) if i["operands"] and i["operands"][0].isdigit() else -1
         outer = types.get(_ref(inst["operands"][idx]), i["type"]) \
             if 0 <= idx < len(inst["operands"]) else i["type"]
-        us = users.get(i["name"], [])
+        us = uses(i["name"])
         if us and all(u["op"] == "dynamic-slice" and pos == 0 for u, pos in us):
             total += sum(_type_bytes(u["type"]) for u, _ in us)
         elif us and all(u["op"] == "dynamic-update-slice" and pos == 0 for u, pos in us):

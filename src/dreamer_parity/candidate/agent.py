@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import dists, heads, optim, rssm, twohot
+from . import dists, heads, observe, optim, rssm, twohot
 from .returns import lambda_return, replay_return, retnorm_update
 from .rssm import kl_losses
 from .config import LOSS_TERMS, AgentConfig
@@ -211,17 +211,9 @@ def _loss(params, cfg, slow, retnorm, batch, noise, bins, internals=False):
     # accumulated in the backward loop at the slices' size (rssm.observe_slices).
     pd = rssm.observe_slices(params["dyn"], cfg)
 
-    def obs_step(carry, xs):
-        deter, stoch = carry
-        xa_t, ea_t, first, nz = xs
-        deter, stoch, logit = rssm.observe_step(pd, cfg, deter, stoch, xa_t, ea_t,
-                                                first, nz, wt)
-        return (deter, stoch), (deter, stoch, logit)
-
     tm = lambda x: jnp.swapaxes(x, 0, 1)
-    step = jax.checkpoint(obs_step) if cfg.observe_remat else obs_step   # a GPU lever
-    _, (deter, stoch, post) = jax.lax.scan(
-        step, (deter0, stoch0), (tm(xa), tm(ea), tm(is_first), noise["post"]))
+    deter, stoch, post = observe.observe(pd, cfg, deter0, stoch0, tm(xa), tm(ea), tm(is_first),
+                                         noise["post"], wt)
     deter, stoch, post = tm(deter), tm(stoch), tm(post)                 # (B,T,...)
     stoch_flat = _flat(stoch)
 
@@ -391,7 +383,8 @@ def train_step(cfg: AgentConfig, state, batch, key=None, draws=None, internals: 
     (loss, (metrics, retnorm, outs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state["params"])
     tx = optim.make(cfg)
-    params, opt_state, opt_metrics = optim.apply(tx, grads, state["opt_state"], state["params"])
+    params, opt_state, opt_metrics = optim.apply(tx, grads, state["opt_state"], state["params"],
+                                                 optim.norms_form(cfg.opt_norms))
     metrics.update(opt_metrics)
     metrics["opt_loss"] = loss
     if internals:

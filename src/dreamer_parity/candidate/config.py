@@ -15,10 +15,16 @@ from typing import Mapping
 from dreamer_parity.params import DECODES as _DECODES  # the one definition of the values
 from dreamer_parity.params import PROFILES
 
-__all__ = ["AgentConfig", "DEFAULT_LOSS_SCALES", "LOSS_TERMS", "TWOHOT_INDEX"]
+__all__ = ["AgentConfig", "DEFAULT_LOSS_SCALES", "LOSS_TERMS", "OBSERVE_GRADS", "OPT_NORMS",
+           "TWOHOT_INDEX"]
 
 #: Values of ``AgentConfig.twohot_index`` (what each means: twohot.index_form).
 TWOHOT_INDEX = ("auto", "window", "compare")
+#: How the observe scan's gradient is taken (``AgentConfig.observe_grad``; what each means:
+#: observe.grad_form).
+OBSERVE_GRADS = ("auto", "scan", "remat", "batched")
+#: How the optimizer's norms are reduced (``AgentConfig.opt_norms``; optim.norms_form).
+OPT_NORMS = ("auto", "tensor", "chunked")
 
 #: Loss terms in the order they are summed (agent.py:393-394 sums them in dict order).
 LOSS_TERMS = ("vector", "reward", "cont", "dyn", "rep", "actor", "critic", "replay_critic")
@@ -99,11 +105,18 @@ class AgentConfig:
     # "auto" (by backend, twohot.index_form); both exact: bitwise the same update on
     # XLA:CPU (tests)
     twohot_index: str = "auto"
-    # speed only: recompute each observe step in the scan's backward pass (jax.checkpoint)
-    # instead of storing its intermediates, each of which the forward loop writes with a
-    # kernel of its own on XLA:GPU (docs/PERFORMANCE.md, "GPU kernels per update").  The
-    # same arithmetic; False traces the train step unchanged
-    observe_remat: bool = False
+    # speed only: how the observe scan's gradient is taken (candidate/observe.py): "scan"
+    # (JAX differentiates the scan), "remat" (each step recomputed in the backward loop),
+    # "batched" (a custom VJP whose backward loop carries only the latents' cotangents;
+    # the weight gradients over all rows at once) or "auto" (by backend, observe.grad_form:
+    # "batched" on a GPU, "scan" elsewhere).  The same function and gradient up to float32
+    # rounding; the last two cut XLA:GPU's kernels per update (docs/PERFORMANCE.md, "GPU
+    # kernels per update")
+    observe_grad: str = "auto"
+    # speed only: how the optimizer's norms are reduced (optim.norms_form): "tensor" (one
+    # reduction per tensor), "chunked" (all tensors in one pass) or "auto" ("chunked" on a
+    # GPU, "tensor" elsewhere); float32 summation order only
+    opt_norms: str = "auto"
 
     def __post_init__(self):
         for f in ("deter", "hidden", "stoch", "classes", "blocks", "units", "bins", "obs_dim",
@@ -117,9 +130,12 @@ class AgentConfig:
             raise ValueError(f"AgentConfig.deter: {self.deter} is not divisible by blocks={self.blocks}")
         if self.bins % 2 != 1 or self.bins < 3:
             raise ValueError(f"AgentConfig.bins: expected an odd number >= 3, got {self.bins}")
-        if not isinstance(self.observe_remat, bool):
-            raise ValueError(f"AgentConfig.observe_remat: expected a bool, got "
-                             f"{self.observe_remat!r}")
+        if self.observe_grad not in OBSERVE_GRADS:
+            raise ValueError(f"AgentConfig.observe_grad: expected one of {OBSERVE_GRADS}, "
+                             f"got {self.observe_grad!r}")
+        if self.opt_norms not in OPT_NORMS:
+            raise ValueError(f"AgentConfig.opt_norms: expected one of {OPT_NORMS}, "
+                             f"got {self.opt_norms!r}")
         if self.twohot_index not in TWOHOT_INDEX:
             raise ValueError(f"AgentConfig.twohot_index: expected one of {TWOHOT_INDEX}, "
                              f"got {self.twohot_index!r}")

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["symlog", "symexp", "trunc_normal", "linear_params", "block_params", "rms_norm",
-           "dense", "matmul", "with_transposes", "mlp_params", "mlp_hidden", "feat_dense", "RMS_EPS"]
+__all__ = ["symlog", "symexp", "trunc_normal", "linear_params", "block_params", "rms_stat",
+           "rms_norm", "dense", "matmul", "with_transposes", "mlp_params", "mlp_hidden", "feat_dense", "RMS_EPS"]
 
 f32 = jnp.float32
 
@@ -61,9 +61,17 @@ def block_params(key, groups: int, fan_in: int, units: int, norm: bool):
     return p
 
 
-def rms_norm(x, scale, axis=-1):
-    """x * rsqrt(mean(x^2 over axis) + 1e-4) * scale (reference nets.py:758-763)."""
-    mult = jax.lax.rsqrt((x * x).mean(axis, keepdims=True) + RMS_EPS) * scale
+def rms_stat(x, axis=-1):
+    """rsqrt(mean(x^2 over axis) + 1e-4), keeping the reduced axes: the row statistic of
+    :func:`rms_norm` (reference nets.py:758-763)."""
+    return jax.lax.rsqrt((x * x).mean(axis, keepdims=True) + RMS_EPS)
+
+
+def rms_norm(x, scale, axis=-1, stat=None):
+    """x * rsqrt(mean(x^2 over axis) + 1e-4) * scale (reference nets.py:758-763).
+    ``stat``: None, or a function (x, axis) -> the statistic in place of :func:`rms_stat`
+    (``observe``'s batched backward gives a stored one)."""
+    mult = (rms_stat(x, axis) if stat is None else stat(x, axis)) * scale
     return x * mult
 
 
@@ -119,15 +127,20 @@ def with_transposes(layers: dict) -> dict:
     return out
 
 
-def dense(p, x, act: bool = True, kernel_t=None):
+def dense(p, x, act: bool = True, kernel_t=None, pre=None, stat=None):
     """x @ kernel + bias, then RMSNorm (when ``p`` has ``scale``) and SiLU (when ``act``).
     ``kernel_t``: the kernel's stored transpose for the backward pass (:func:`matmul`);
-    by default ``p["kernel_t"]`` when present (:func:`with_transposes`)."""
+    by default ``p["kernel_t"]`` when present (:func:`with_transposes`).  ``pre``: None, or
+    a function applied to the pre-activation (x @ kernel + bias, rows on axis 0) before the
+    norm, and ``stat`` the norm's (:func:`rms_norm`): ``observe``'s batched backward
+    records and pins them there."""
     if kernel_t is None:
         kernel_t = p.get("kernel_t")
     y = matmul(x, p["kernel"], kernel_t) + p["bias"]
+    if pre is not None:
+        y = pre(y)
     if "scale" in p:
-        y = rms_norm(y, p["scale"])
+        y = rms_norm(y, p["scale"], stat=stat)
     return jax.nn.silu(y) if act else y
 
 

@@ -5,6 +5,12 @@ bias-corrected, own step counter) -> momentum (beta1 0.9, bias-corrected, own co
 scale by -lr -> scale by the linear warm-up clip(count / warmup, 0, 1) where count is the
 number of previous updates (so the first update is multiplied by 0).  Weight decay and
 global clipping are off in the reference config and not implemented.
+
+The norms (AGC's per tensor, the metrics' global ones) are taken in one of two forms,
+``AgentConfig.opt_norms`` (:func:`norms_form`): ``"tensor"``, one reduction per tensor, as
+the reference; or ``"chunked"``, every tensor in one pass (:func:`chunked_norms`), which
+on a GPU is a handful of kernels instead of about 250 (docs/PERFORMANCE.md, "GPU kernels
+per update").  The two differ only in the order of float32 summation.
 """
 
 from __future__ import annotations
@@ -13,18 +19,81 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from .config import OPT_NORMS
+
 __all__ = ["scale_by_agc", "scale_by_rms", "scale_by_momentum", "warmup_schedule", "make",
-           "apply"]
+           "apply", "norms_form", "chunked_norms", "CHUNK"]
 
 f32 = jnp.float32
 treemap = jax.tree_util.tree_map
 
 
-def scale_by_agc(clip: float = 0.3, pmin: float = 1e-3) -> optax.GradientTransformation:
+#: Elements per chunk of :func:`chunked_norms`.
+CHUNK = 1024
+
+
+def norms_form(setting: str = "auto", backend: str | None = None) -> str:
+    """The form of the optimizer's norms that ``setting`` (``AgentConfig.opt_norms``, one of
+    ``config.OPT_NORMS``) means on ``backend`` (default ``jax.default_backend()``, read when
+    called, so at trace time): ``"auto"`` is ``"chunked"`` on ``"gpu"`` and ``"tensor"``
+    elsewhere (the CPU's and the TPU's programs as they were).
+
+    Raises ValueError naming the setting when it is not one of ``config.OPT_NORMS``.
+    """
+    if setting not in OPT_NORMS:
+        raise ValueError(f"optim.norms_form: setting must be one of {OPT_NORMS}, "
+                         f"got {setting!r}")
+    if setting != "auto":
+        return setting
+    return "chunked" if (backend or jax.default_backend()) == "gpu" else "tensor"
+
+
+def chunked_norms(leaves, groups=None, chunk: int = CHUNK):
+    """L2 norms of groups of arrays in one pass: every array flattened, zero-padded to a
+    multiple of ``chunk`` elements and concatenated; the chunks' sums of squares (one
+    reduction); each group's chunks added (one segment sum); the square root.
+
+    Args:
+      leaves: a list of float arrays of any shapes.
+      groups: the group of each array (ints 0..G-1), or None for one group per array.
+      chunk: elements per chunk.
+
+    Returns:
+      f32[G], the L2 norm of each group's elements together (of each array when
+      ``groups`` is None).  The same value as a reduction per group up to the order of
+      float32 summation.
+
+    Raises:
+      ValueError: ``groups`` not one int per array, or no arrays.
+    """
+    if not leaves:
+        raise ValueError("optim.chunked_norms: no arrays")
+    groups = list(range(len(leaves))) if groups is None else list(groups)
+    if len(groups) != len(leaves):
+        raise ValueError(f"optim.chunked_norms: {len(groups)} groups for {len(leaves)} arrays")
+    pieces, ids = [], []
+    for x, g in zip(leaves, groups):
+        v = jnp.ravel(x).astype(f32)
+        pad = (-v.size) % chunk
+        pieces += [v, jnp.zeros((pad,), f32)] if pad else [v]   # one concatenation, no pads
+        ids += [g] * ((v.size + pad) // chunk)
+    flat = jnp.concatenate(pieces).reshape(-1, chunk)
+    sums = (flat * flat).sum(1)
+    return jnp.sqrt(jax.ops.segment_sum(sums, np.asarray(ids, np.int32),
+                                        num_segments=max(groups) + 1, indices_are_sorted=True))
+
+
+def scale_by_agc(clip: float = 0.3, pmin: float = 1e-3,
+                 norms: str = "tensor") -> optax.GradientTransformation:
     """Adaptive gradient clipping per tensor (jaxutils.py:660-674):
-    u = g / max(1, ||g||_2 / (clip * max(pmin, ||p||_2))).  Needs ``params``."""
+    u = g / max(1, ||g||_2 / (clip * max(pmin, ||p||_2))).  Needs ``params``.
+    ``norms``: ``"tensor"`` (a reduction per tensor) or ``"chunked"``
+    (:func:`chunked_norms`)."""
+    if norms not in ("tensor", "chunked"):
+        raise ValueError(f"scale_by_agc: norms must be 'tensor' or 'chunked', got {norms!r}")
 
     def init_fn(params):
         del params
@@ -33,6 +102,14 @@ def scale_by_agc(clip: float = 0.3, pmin: float = 1e-3) -> optax.GradientTransfo
     def update_fn(updates, state, params=None):
         if params is None:
             raise ValueError("scale_by_agc: params are required")
+        if norms == "chunked":
+            u_leaves, tree = jax.tree_util.tree_flatten(updates)
+            p_leaves = tree.flatten_up_to(params)
+            n = len(u_leaves)
+            both = chunked_norms(u_leaves + p_leaves)
+            upper = clip * jnp.maximum(pmin, both[n:])
+            mult = 1 / jnp.maximum(1.0, both[:n] / upper)
+            return tree.unflatten([u * mult[i] for i, u in enumerate(u_leaves)]), state
 
         def fn(param, update):
             unorm = jnp.linalg.norm(update.ravel(), 2)
@@ -100,9 +177,10 @@ def warmup_schedule(warmup: int):
 
 
 def make(cfg) -> optax.GradientTransformation:
-    """The full chain for AgentConfig ``cfg`` (fields agc, pmin, beta1, beta2, eps, lr, warmup)."""
+    """The full chain for AgentConfig ``cfg`` (fields agc, pmin, beta1, beta2, eps, lr, warmup,
+    and opt_norms, resolved by :func:`norms_form`)."""
     return optax.chain(
-        scale_by_agc(cfg.agc, cfg.pmin),
+        scale_by_agc(cfg.agc, cfg.pmin, norms_form(cfg.opt_norms)),
         scale_by_rms(cfg.beta2, cfg.eps),
         scale_by_momentum(cfg.beta1),
         optax.scale(-cfg.lr),
@@ -110,18 +188,21 @@ def make(cfg) -> optax.GradientTransformation:
     )
 
 
-def apply(tx, grads, opt_state, params):
+def apply(tx, grads, opt_state, params, norms: str = "tensor"):
     """One update.  Returns (new_params, new_opt_state, metrics) with metrics
     opt_grad_norm (global norm of the raw grads), opt_update_norm, opt_param_norm (of the
     new params) and opt_grad_steps (updates done including this one, from the schedule's
-    counter), all float32 scalars (jaxutils.py:483-540)."""
+    counter), all float32 scalars (jaxutils.py:483-540).  ``norms``: the form of the three
+    global norms, ``"tensor"`` (``optax.tree.norm``) or ``"chunked"`` (one
+    :func:`chunked_norms` pass over the three trees)."""
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     steps = opt_state[-1].count
-    metrics = {
-        "opt_grad_norm": optax.tree.norm(grads),
-        "opt_update_norm": optax.tree.norm(updates),
-        "opt_param_norm": optax.tree.norm(params),
-        "opt_grad_steps": steps.astype(f32),
-    }
+    if norms == "chunked":
+        trees = [jax.tree_util.tree_leaves(t) for t in (grads, updates, params)]
+        g, u, p = chunked_norms(sum(trees, []), [i for i, t in enumerate(trees) for _ in t])
+    else:
+        g, u, p = (optax.tree.norm(t) for t in (grads, updates, params))
+    metrics = {"opt_grad_norm": g, "opt_update_norm": u, "opt_param_norm": p,
+               "opt_grad_steps": steps.astype(f32)}
     return params, opt_state, metrics

@@ -71,10 +71,25 @@ def _x_kernel(p, cfg, lo, hi):
     return p["dyn0"]["kernel"][:, Dg + lo:Dg + hi].transpose(1, 0, 2).reshape(hi - lo, cfg.deter)
 
 
-def _gru_core(p, cfg, deter, yx, wt=None):
+def _hook(at, name, y, rows=0):
+    """``at.pre(name, y, rows)``, or ``y`` when ``at`` is None (:func:`observe_step`)."""
+    return y if at is None else at.pre(name, y, rows)
+
+
+def _pre(at, name):
+    """The pre-activation hook of layer ``name`` for :func:`.nets.dense`, or None."""
+    return None if at is None else (lambda y: at.pre(name, y, 0))
+
+
+def _stat(at, name, rows=0):
+    """The norm-statistic hook of layer ``name`` for :func:`.nets.rms_norm`, or None."""
+    return None if at is None else (lambda x, axis: at.stat(name, x, rows, axis))
+
+
+def _gru_core(p, cfg, deter, yx, wt=None, at=None):
     """The block part of the GRU step: deter f32[B,D] and yx f32[B,D] (the x-part of dyn0
     plus its bias, block-major columns) -> new deter f32[B,D].  ``wt``: None or
-    :func:`observe_transposes`."""
+    :func:`observe_transposes`; ``at``: as :func:`observe_step`."""
     wt = wt or {}
     B = deter.shape[0]
     D, g = cfg.deter, cfg.blocks
@@ -83,10 +98,12 @@ def _gru_core(p, cfg, deter, yx, wt=None):
     kd = sliced["dyn0"] if "dyn0" in sliced else p["dyn0"]["kernel"][:, :Dg]   # (g, Dg, Dg)
     hg = deter.reshape(B, g, Dg).transpose(1, 0, 2)                # (g, B, Dg)
     y = matmul(hg, kd, wt.get("dyn0")) + yx.reshape(B, g, Dg).transpose(1, 0, 2)
-    y = rms_norm(y, p["dyn0"]["scale"].reshape(g, 1, Dg), axis=(0, 2))
+    y = _hook(at, "dyn0", y, 1)
+    y = rms_norm(y, p["dyn0"]["scale"].reshape(g, 1, Dg), axis=(0, 2), stat=_stat(at, "dyn0", 1))
     y = jax.nn.silu(y)
     z = (matmul(y, p["dyncore"]["kernel"], wt.get("dyncore"))
          + p["dyncore"]["bias"].reshape(g, 1, 3 * Dg))
+    z = _hook(at, "dyncore", z, 1)
     r = jax.nn.sigmoid(z[..., :Dg])
     c = jnp.tanh(r * z[..., Dg:2 * Dg])
     u = jax.nn.sigmoid(z[..., 2 * Dg:] - 1)
@@ -133,18 +150,20 @@ def observe_inputs(p, cfg, action, embed, is_first):
     return xa, ea
 
 
-def post_logits(p, cfg, deter, ea, wt=None):
+def post_logits(p, cfg, deter, ea, wt=None, at=None):
     """Unimixed posterior logits f32[B, S, K] from deter f32[B,D] and ea f32[B,H] (the embed
-    term of obs0 from :func:`observe_inputs`); ``wt``: None or :func:`observe_transposes`."""
+    term of obs0 from :func:`observe_inputs`); ``wt``: None or :func:`observe_transposes`;
+    ``at``: as :func:`observe_step`."""
     D = cfg.deter
     wt = wt or {}
     sliced = p.get("sliced", {})
     kd = sliced["obs0"] if "obs0" in sliced else p["obs0"]["kernel"][:D]
-    x = matmul(deter, kd, wt.get("obs0")) + ea
-    x = jax.nn.silu(rms_norm(x, p["obs0"]["scale"]))
+    x = _hook(at, "obs0", matmul(deter, kd, wt.get("obs0")) + ea)
+    x = jax.nn.silu(rms_norm(x, p["obs0"]["scale"], stat=_stat(at, "obs0")))
     for i in range(1, cfg.obs_layers):
-        x = dense(p[f"obs{i}"], x, kernel_t=wt.get(f"obs{i}"))
-    x = dense(p["obslogit"], x, act=False, kernel_t=wt.get("obslogit"))
+        x = dense(p[f"obs{i}"], x, kernel_t=wt.get(f"obs{i}"), pre=_pre(at, f"obs{i}"),
+                  stat=_stat(at, f"obs{i}"))
+    x = dense(p["obslogit"], x, act=False, kernel_t=wt.get("obslogit"), pre=_pre(at, "obslogit"))
     return dists.unimix_logits(x.reshape(x.shape[:-1] + (cfg.stoch, cfg.classes)), cfg.unimix)
 
 
@@ -180,23 +199,31 @@ def observe_slices(p, cfg):
                             "obs0": p["obs0"]["kernel"][:D]}}
 
 
-def observe_step(p, cfg, deter, stoch, xa, ea, is_first, noise, wt=None):
+def observe_step(p, cfg, deter, stoch, xa, ea, is_first, noise, wt=None, at=None):
     """Posterior step (nets.py:53-76): reset deter/stoch where ``is_first`` (the action's
     reset is in ``xa``), GRU, then the posterior sample.  xa f32[B,D] and ea f32[B,H] from
     :func:`observe_inputs`, is_first bool[B], noise: uniforms f32[B,S] or a one-hot sample
     f32[B,S,K].  ``wt``: None, or :func:`observe_transposes` of ``p`` (the same values and
     gradients; a faster backward pass inside the train step's observe scan).
+    ``at``: None, or an object whose ``at.pre(layer, y, rows) -> y`` is applied to the
+    pre-activation of each layer whose output is normalised or is the posterior logits
+    (dynin0, dynin1, dyn0 and dyncore (group-major, rows on axis 1), obs0.., obslogit;
+    rows on axis ``rows``), and whose ``at.stat(layer, x, rows, axis)`` gives each norm's
+    statistic (:func:`.nets.rms_stat` of ``x`` over ``axis``): :mod:`.observe` records
+    them, and pins them to recorded values.
     Returns (deter f32[B,D], stoch f32[B,S,K] straight-through, logit f32[B,S,K])."""
     B, H = deter.shape[0], cfg.hidden
     w = wt or {}
     deter, stoch = reset(deter, is_first), reset(stoch, is_first)
-    x0 = dense(p["dynin0"], deter, kernel_t=w.get("dynin0"))
-    x1 = dense(p["dynin1"], stoch.reshape(B, -1), kernel_t=w.get("dynin1"))
+    x0 = dense(p["dynin0"], deter, kernel_t=w.get("dynin0"), pre=_pre(at, "dynin0"),
+               stat=_stat(at, "dynin0"))
+    x1 = dense(p["dynin1"], stoch.reshape(B, -1), kernel_t=w.get("dynin1"),
+               pre=_pre(at, "dynin1"), stat=_stat(at, "dynin1"))
     sliced = p.get("sliced", {})
     kx = sliced["x"] if "x" in sliced else _x_kernel(p, cfg, 0, 2 * H)
     yx = matmul(jnp.concatenate([x0, x1], -1), kx, w.get("x")) + xa
-    deter = _gru_core(p, cfg, deter, yx, wt)
-    logit = post_logits(p, cfg, deter, ea, wt)
+    deter = _gru_core(p, cfg, deter, yx, wt, at)
+    logit = post_logits(p, cfg, deter, ea, wt, at)
     stoch = dists.categorical_from_noise(logit, noise)
     return deter, stoch, logit
 
