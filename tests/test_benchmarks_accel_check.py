@@ -152,6 +152,10 @@ def test_real_agent_smoke_dry_run(tmp_path):
     assert res["settings"]["twohot_index"] == "compare"
     assert _phase(res, "step-1")["result"]["twohot_index"] == "compare"
     assert _phase(res, "compare-cpu")["result"]["twohot_index"] == "window"
+    # on the CPU the other auto settings resolve to the CPU's forms (a GPU: batched, chunked)
+    for name in ("step-1", "compare-cpu"):
+        r = _phase(res, name)["result"]
+        assert (r["observe_grad"], r["opt_norms"]) == ("scan", "tensor")
     assert res["settings"]["head_rows"] is None
     assert _phase(res, "step-1")["result"]["head_rows"] == AgentConfig().head_rows == 8
     m = _phase(res, "step-1")["result"]["metrics"]

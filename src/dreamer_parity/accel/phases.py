@@ -67,12 +67,16 @@ def agent_and_config(spec: dict):
     return agent, cfg
 
 
-def _twohot_form(cfg) -> str | None:
-    """The two-hot bin search the phase's program uses (``twohot.index_form`` of the
-    config's ``twohot_index``, resolved on this backend); None for an agent without it."""
-    from dreamer_parity.candidate import twohot
-    setting = getattr(cfg, "twohot_index", None)
-    return None if setting is None else twohot.index_form(setting)
+def _forms(cfg) -> dict:
+    """The forms the phase's program uses, each of the config's ``auto`` speed settings
+    resolved on this backend: ``{"twohot_index": twohot.index_form(...), "observe_grad":
+    observe.grad_form(...), "opt_norms": optim.norms_form(...)}``, None for a setting the
+    agent's config lacks (the tests' stand-in)."""
+    from dreamer_parity.candidate import observe, optim, twohot
+    resolve = {"twohot_index": twohot.index_form, "observe_grad": observe.grad_form,
+               "opt_norms": optim.norms_form}
+    return {name: None if getattr(cfg, name, None) is None else fn(getattr(cfg, name))
+            for name, fn in resolve.items()}
 
 
 def _set_precision(jax, spec) -> None:
@@ -140,11 +144,12 @@ def step(spec: dict) -> dict:
     ``update_s``: seconds; ``seed_updates_per_s``), and with ``spec["compare_updates"]`` the
     training metrics of that many updates from the start (``metrics``: ``{name: [float per
     update]}`` of seed 0, plus ``params_abs_sum``).  Also ``compile_s``, ``memory``,
-    ``state_bytes_per_seed``, the seed batch, two-hot form and head rows it ran."""
+    ``state_bytes_per_seed``, the seed batch, the forms (:func:`_forms`) and head rows it
+    ran."""
     jax, cfg, compiled, states, batches, compile_s = _step_program(spec)
     n = spec["seeds"]
     out = {"seeds": n, "compile_s": compile_s, "backend": provenance.backend(),
-           "seed_batch": step_seed_batch(spec), "twohot_index": _twohot_form(cfg),
+           "seed_batch": step_seed_batch(spec), **_forms(cfg),
            "head_rows": getattr(cfg, "head_rows", None)}
     start = states
     if spec["updates"] > 0:
@@ -225,7 +230,7 @@ def loop(spec: dict) -> dict:
             "update_s": t / u, "seed_updates_per_s": n * u / t, "updates_done": done,
             "state_bytes_per_seed": state_bytes // n, "memory": jax_memory(jax),
             "backend": provenance.backend(), "precision": spec.get("precision", "default"),
-            "seed_batch": seed_batch, "twohot_index": _twohot_form(cfg),
+            "seed_batch": seed_batch, **_forms(cfg),
             "head_rows": getattr(cfg, "head_rows", None)}
 
 
