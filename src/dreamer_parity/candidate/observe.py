@@ -1,25 +1,29 @@
 """The observe scan of the train step: posterior steps over the replay rows (reference
 agent.py:225-249, nets.py:53-76), and the three ways its gradient is taken
-(``AgentConfig.observe_grad``).
+(``AgentConfig.observe_grad``, resolved by :func:`grad_form`).
 
-- ``"scan"`` (the default): JAX differentiates the scan.  Its backward loop reads what the
-  forward loop stored, and adds each kernel's gradient into an accumulator at every step.
+- ``"scan"`` (``auto`` on the CPU and the TPU): JAX differentiates the scan.  Its backward
+  loop reads what the forward loop stored, and adds each kernel's gradient into an
+  accumulator at every step.
 - ``"remat"``: the same, with each step recomputed in the backward loop
   (``jax.checkpoint``) instead of stored.
-- ``"batched"``: a custom VJP.  The forward loop stores only the latents.  For the
-  backward pass, every step's pre-activations are recomputed at once, over all T x B rows
+- ``"batched"`` (``auto`` on a GPU): a custom VJP.  The forward loop stores only the
+  latents and logits (one row block per step).  For the backward pass, every step's
+  pre-activations and norm statistics are recomputed at once, over all T x B rows
   (:func:`rssm.observe_step` with a recording ``at``).  The backward loop then carries only
   the latents' cotangents: each step is the VJP of one posterior step with respect to its
-  input latents, its pre-activations pinned to the recorded ones (:func:`pin`), so no matmul
-  is recomputed and no weight gradient is formed inside the loop.  The gradients of the
-  parameters and of the step's inputs ``xa``/``ea`` are one VJP over all rows after the loop,
-  from the total cotangent of each step's outputs (the adjoint method).
+  input latents, its pre-activations and norm statistics pinned to the recorded ones
+  (:func:`pin`, :func:`pinned_stat`), so no matmul or norm statistic is recomputed and no
+  weight gradient is formed inside the loop.  The gradients of the parameters and of the
+  step's inputs ``xa``/``ea`` are one VJP over all rows after the loop, from the total
+  cotangent of each step's outputs (the adjoint method).
 
-All three compute the same function and its gradient.  They differ in the order of float32
-summation (and ``"batched"`` evaluates the step's derivatives at pre-activations computed
-with T x B rows per matmul instead of B), so their gradients agree to float32 rounding, not
-bit for bit.  ``"batched"`` exists for accelerators, where it cuts the kernels of the loops
-(docs/PERFORMANCE.md, "GPU kernels per update"); ``"scan"`` is what the CPU runs.
+All three compute the same function and its gradient; the forward values are the same
+bits.  The gradients differ in the order of float32 summation (and ``"batched"`` evaluates
+the step's derivatives at pre-activations computed with T x B rows per matmul instead of
+B), so they agree to float32 rounding, not bit for bit (tests/test_candidate_observe.py).
+``"batched"`` halves XLA:GPU's kernels per update (docs/PERFORMANCE.md, "GPU kernels per
+update").
 """
 
 from __future__ import annotations
