@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dreamer_parity.candidate import agent, dists, nets, optim, returns, rssm, twohot
-from dreamer_parity.candidate.config import AgentConfig
+from dreamer_parity.candidate.config import AgentConfig, resolve
 
 REFPY = Path.home() / ".cache" / "dreamer-parity" / "refvenv" / "bin" / "python"
 
@@ -485,8 +485,8 @@ def test_chunked_norms_against_numpy():
         optim.chunked_norms([jnp.asarray(a) for a in arrays], [0, 1])
     with pytest.raises(ValueError, match="no arrays"):
         optim.chunked_norms([])
-    with pytest.raises(ValueError, match="norms_form: setting must be one of"):
-        optim.norms_form("flat")
+    with pytest.raises(ValueError, match="AgentConfig.opt_norms: expected one of"):
+        resolve("opt_norms", "flat")
 
 
 @pytest.mark.parametrize("norms", ["tensor", "chunked"])
@@ -576,16 +576,19 @@ def test_speed_forms_give_the_same_gradient_and_update():
     # float32 rounding.
     from functools import partial
 
-    from dreamer_parity.candidate import observe
     from dreamer_parity.candidate.synthetic import synthetic_batch
     with pytest.raises(ValueError, match="observe_grad"):
         AgentConfig(observe_grad="fused")
     with pytest.raises(ValueError, match="opt_norms"):
         AgentConfig(opt_norms="flat")
-    assert [observe.grad_form("auto", b) for b in ("cpu", "tpu", "gpu")] == \
+    assert [resolve("observe_grad", "auto", b) for b in ("cpu", "tpu", "gpu")] == \
         ["scan", "scan", "batched"]
-    assert [optim.norms_form("auto", b) for b in ("cpu", "tpu", "gpu")] == \
+    assert [resolve("opt_norms", "auto", b) for b in ("cpu", "tpu", "gpu")] == \
         ["tensor", "tensor", "chunked"]
+    assert resolve("observe_grad", "remat", "gpu") == "remat"
+    gpu = AgentConfig.for_profile("smoke").resolved("gpu")
+    assert (gpu.twohot_index, gpu.observe_grad, gpu.opt_norms) == ("compare", "batched",
+                                                                     "chunked")
     out, jaxprs = {}, []
     for form, norms in (("scan", "tensor"), ("batched", "chunked")):
         cfg = AgentConfig.for_profile("smoke", observe_grad=form, opt_norms=norms)

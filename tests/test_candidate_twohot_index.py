@@ -75,7 +75,7 @@ def test_index_form_resolves_auto_by_backend_and_refuses_other_settings():
     assert twohot.index_form("compare", backend="cpu") == "compare"
     assert twohot.index_form("window", backend="tpu") == "window"
     assert twohot.index_form() == "window"            # this suite runs on XLA:CPU
-    with pytest.raises(ValueError, match="index_form.*'gather'"):
+    with pytest.raises(ValueError, match="twohot_index.*'gather'"):
         twohot.index_form("gather")
     with pytest.raises(ValueError, match="form must be"):
         twohot.count_le(jnp.zeros(3), twohot.bins_exact(9), "auto")

@@ -135,7 +135,7 @@ def compile_update(seeds: int, profile: str = "full", precision: str = "highest"
     from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from dreamer_parity.candidate import agent, observe, optim, twohot
+    from dreamer_parity.candidate import agent
     from dreamer_parity.candidate.config import AgentConfig
     from dreamer_parity.candidate.runtime import seedmap
     from dreamer_parity.candidate.synthetic import synthetic_batch
@@ -149,12 +149,7 @@ def compile_update(seeds: int, profile: str = "full", precision: str = "highest"
     jax.config.update("jax_default_matmul_precision", None if precision == "default" else precision)
     rep = NamedSharding(Mesh(topo.devices, ("x",)), PartitionSpec())
     # the forms a GPU run traces (this process's own backend is the CPU)
-    opts = {"twohot_index": "auto", "observe_grad": "auto", "opt_norms": "auto",
-            **(agent_options or {})}
-    cfg = AgentConfig.for_profile(profile, **{
-        **opts, "twohot_index": twohot.index_form(opts["twohot_index"], "gpu"),
-        "observe_grad": observe.grad_form(opts["observe_grad"], "gpu"),
-        "opt_norms": optim.norms_form(opts["opt_norms"], "gpu")})
+    cfg = AgentConfig.for_profile(profile, **(agent_options or {})).resolved("gpu")
 
     def spec(x):
         return jax.ShapeDtypeStruct((seeds,) + tuple(x.shape), x.dtype, sharding=rep)

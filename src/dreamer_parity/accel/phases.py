@@ -68,15 +68,12 @@ def agent_and_config(spec: dict):
 
 
 def _forms(cfg) -> dict:
-    """The forms the phase's program uses, each of the config's ``auto`` speed settings
-    resolved on this backend: ``{"twohot_index": twohot.index_form(...), "observe_grad":
-    observe.grad_form(...), "opt_norms": optim.norms_form(...)}``, None for a setting the
-    agent's config lacks (the tests' stand-in)."""
-    from dreamer_parity.candidate import observe, optim, twohot
-    resolve = {"twohot_index": twohot.index_form, "observe_grad": observe.grad_form,
-               "opt_norms": optim.norms_form}
-    return {name: None if getattr(cfg, name, None) is None else fn(getattr(cfg, name))
-            for name, fn in resolve.items()}
+    """The forms the phase's program uses: each speed setting of
+    ``config.AUTO_SETTINGS`` resolved on this backend (``config.resolve``), None for a
+    setting the agent's config lacks (the tests' stand-in)."""
+    from dreamer_parity.candidate.config import AUTO_SETTINGS, resolve
+    return {f: None if getattr(cfg, f, None) is None else resolve(f, getattr(cfg, f))
+            for f in AUTO_SETTINGS}
 
 
 def _set_precision(jax, spec) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from . import dists, heads, observe, optim, rssm, twohot
 from .returns import lambda_return, replay_return, retnorm_update
 from .rssm import kl_losses
-from .config import LOSS_TERMS, AgentConfig
+from .config import LOSS_TERMS, AgentConfig, resolve
 from .nets import symlog, with_transposes
 
 __all__ = ["XLA_CPU_OPTIONS", "AgentConfig", "init", "initial_carry", "policy_step", "train_step", "param_count",
@@ -384,7 +384,7 @@ def train_step(cfg: AgentConfig, state, batch, key=None, draws=None, internals: 
         state["params"])
     tx = optim.make(cfg)
     params, opt_state, opt_metrics = optim.apply(tx, grads, state["opt_state"], state["params"],
-                                                 optim.norms_form(cfg.opt_norms))
+                                                 resolve("opt_norms", cfg.opt_norms))
     metrics.update(opt_metrics)
     metrics["opt_loss"] = loss
     if internals:

@@ -8,7 +8,7 @@ argument of ``jax.jit``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -16,15 +16,44 @@ from dreamer_parity.params import DECODES as _DECODES  # the one definition of t
 from dreamer_parity.params import PROFILES
 
 __all__ = ["AgentConfig", "DEFAULT_LOSS_SCALES", "LOSS_TERMS", "OBSERVE_GRADS", "OPT_NORMS",
-           "TWOHOT_INDEX"]
+           "TWOHOT_INDEX", "AUTO_SETTINGS", "resolve"]
 
 #: Values of ``AgentConfig.twohot_index`` (what each means: twohot.index_form).
 TWOHOT_INDEX = ("auto", "window", "compare")
 #: How the observe scan's gradient is taken (``AgentConfig.observe_grad``; what each means:
 #: observe.grad_form).
 OBSERVE_GRADS = ("auto", "scan", "remat", "batched")
-#: How the optimizer's norms are reduced (``AgentConfig.opt_norms``; optim.norms_form).
+#: How the optimizer's norms are reduced (``AgentConfig.opt_norms``; optim.py).
 OPT_NORMS = ("auto", "tensor", "chunked")
+#: The speed settings whose ``auto`` depends on the backend: field -> (its values, the form
+#: ``auto`` means on each backend, ``"*"`` standing for any other).  Rationale: ``twohot_index``
+#: in twohot.index_form; ``observe_grad`` and ``opt_norms``: the CPU's and the TPU's programs
+#: stay as they were, a GPU gets the forms with fewer kernels (docs/PERFORMANCE.md, "GPU").
+AUTO_SETTINGS = {
+    "twohot_index": (TWOHOT_INDEX, {"cpu": "window", "*": "compare"}),
+    "observe_grad": (OBSERVE_GRADS, {"gpu": "batched", "*": "scan"}),
+    "opt_norms": (OPT_NORMS, {"gpu": "chunked", "*": "tensor"}),
+}
+
+
+def resolve(field: str, setting: str = "auto", backend: str | None = None) -> str:
+    """The form that ``setting`` of ``AgentConfig.<field>`` (a key of :data:`AUTO_SETTINGS`)
+    means on ``backend`` (default ``jax.default_backend()``, read when called, so at trace
+    time): ``setting`` itself, or for ``"auto"`` the backend's form.
+
+    Raises:
+      ValueError: ``setting`` is not one of the field's values (naming the field).
+      KeyError: ``field`` is not a key of :data:`AUTO_SETTINGS`.
+    """
+    values, auto = AUTO_SETTINGS[field]
+    if setting not in values:
+        raise ValueError(f"AgentConfig.{field}: expected one of {values}, got {setting!r}")
+    if setting != "auto":
+        return setting
+    if backend is None:
+        import jax
+        backend = jax.default_backend()
+    return auto.get(backend, auto["*"])
 
 #: Loss terms in the order they are summed (agent.py:393-394 sums them in dict order).
 LOSS_TERMS = ("vector", "reward", "cont", "dyn", "rep", "actor", "critic", "replay_critic")
@@ -130,15 +159,8 @@ class AgentConfig:
             raise ValueError(f"AgentConfig.deter: {self.deter} is not divisible by blocks={self.blocks}")
         if self.bins % 2 != 1 or self.bins < 3:
             raise ValueError(f"AgentConfig.bins: expected an odd number >= 3, got {self.bins}")
-        if self.observe_grad not in OBSERVE_GRADS:
-            raise ValueError(f"AgentConfig.observe_grad: expected one of {OBSERVE_GRADS}, "
-                             f"got {self.observe_grad!r}")
-        if self.opt_norms not in OPT_NORMS:
-            raise ValueError(f"AgentConfig.opt_norms: expected one of {OPT_NORMS}, "
-                             f"got {self.opt_norms!r}")
-        if self.twohot_index not in TWOHOT_INDEX:
-            raise ValueError(f"AgentConfig.twohot_index: expected one of {TWOHOT_INDEX}, "
-                             f"got {self.twohot_index!r}")
+        for f in AUTO_SETTINGS:
+            resolve(f, getattr(self, f), "cpu")     # refuses a value not among the field's
         if self.decode not in _DECODES:
             raise ValueError(f"AgentConfig.decode: expected one of {_DECODES}, got {self.decode!r}")
         if self.warmup < 0:
@@ -160,6 +182,11 @@ class AgentConfig:
         return all((dict(getattr(self, f.name)) == dict(getattr(other, f.name)))
                    if f.name == "loss_scales" else getattr(self, f.name) == getattr(other, f.name)
                    for f in fields(self))
+
+    def resolved(self, backend: str | None = None) -> "AgentConfig":
+        """A copy with each setting of :data:`AUTO_SETTINGS` resolved for ``backend``
+        (:func:`resolve`): the forms a run traces, as its ``run.json`` names them."""
+        return replace(self, **{f: resolve(f, getattr(self, f), backend) for f in AUTO_SETTINGS})
 
     @classmethod
     def for_profile(cls, profile: str, decode: str = "exact", **overrides) -> "AgentConfig":

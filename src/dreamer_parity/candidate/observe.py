@@ -1,6 +1,6 @@
 """The observe scan of the train step: posterior steps over the replay rows (reference
 agent.py:225-249, nets.py:53-76), and the three ways its gradient is taken
-(``AgentConfig.observe_grad``, resolved by :func:`grad_form`).
+(``AgentConfig.observe_grad``, resolved by :func:`.config.resolve`).
 
 - ``"scan"`` (``auto`` on the CPU and the TPU): JAX differentiates the scan.  Its backward
   loop reads what the forward loop stored, and adds each kernel's gradient into an
@@ -34,25 +34,9 @@ import jax
 import jax.numpy as jnp
 
 from . import nets, rssm
-from .config import OBSERVE_GRADS
+from .config import resolve
 
-__all__ = ["observe", "grad_form", "pin", "pinned_stat"]
-
-
-def grad_form(setting: str = "auto", backend: str | None = None) -> str:
-    """The gradient form that ``setting`` (``AgentConfig.observe_grad``, one of
-    ``config.OBSERVE_GRADS``) means on ``backend`` (default ``jax.default_backend()``, read
-    when called, so at trace time): ``"auto"`` is ``"batched"`` on ``"gpu"`` and ``"scan"``
-    elsewhere (the CPU's and the TPU's programs as they were).
-
-    Raises ValueError naming the setting when it is not one of ``config.OBSERVE_GRADS``.
-    """
-    if setting not in OBSERVE_GRADS:
-        raise ValueError(f"observe.grad_form: setting must be one of {OBSERVE_GRADS}, "
-                         f"got {setting!r}")
-    if setting != "auto":
-        return setting
-    return "batched" if (backend or jax.default_backend()) == "gpu" else "scan"
+__all__ = ["observe", "pin", "pinned_stat"]
 
 
 @jax.custom_vjp
@@ -222,7 +206,7 @@ _batched.defvjp(_batched_fwd, _batched_bwd)
 
 def observe(p, cfg, deter0, stoch0, xa, ea, is_first, noise, wt=None):
     """The posterior steps of the replay rows, time-major, with the gradient form of
-    ``cfg.observe_grad`` (:func:`grad_form`; module docstring).
+    ``cfg.observe_grad`` (:func:`.config.resolve`; module docstring).
 
     Args:
       p: RSSM parameters, as :func:`rssm.observe_slices` returns them.
@@ -237,7 +221,7 @@ def observe(p, cfg, deter0, stoch0, xa, ea, is_first, noise, wt=None):
       (deter f32[T, B, D], stoch f32[T, B, S, K] straight-through, post logits
       f32[T, B, S, K]), as :func:`rssm.observe_step` gives them step by step.
     """
-    form = grad_form(cfg.observe_grad)
+    form = resolve("observe_grad", cfg.observe_grad)
     if form == "batched":
         return _batched(cfg, p, deter0, stoch0, xa, ea, is_first, noise)
     return _scan(cfg, p, deter0, stoch0, xa, ea, is_first, noise, wt, remat=form == "remat")

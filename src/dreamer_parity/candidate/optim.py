@@ -7,7 +7,7 @@ number of previous updates (so the first update is multiplied by 0).  Weight dec
 global clipping are off in the reference config and not implemented.
 
 The norms (AGC's per tensor, the metrics' global ones) are taken in one of two forms,
-``AgentConfig.opt_norms`` (:func:`norms_form`): ``"tensor"``, one reduction per tensor, as
+``AgentConfig.opt_norms`` (:func:`.config.resolve`): ``"tensor"``, one reduction per tensor, as
 the reference; or ``"chunked"``, every tensor in one pass (:func:`chunked_norms`), which
 on a GPU is a handful of kernels instead of about 250 (docs/PERFORMANCE.md, "GPU kernels
 per update").  The two differ only in the order of float32 summation.
@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .config import OPT_NORMS
+from .config import resolve
 
 __all__ = ["scale_by_agc", "scale_by_rms", "scale_by_momentum", "warmup_schedule", "make",
-           "apply", "norms_form", "chunked_norms", "CHUNK"]
+           "apply", "chunked_norms", "CHUNK"]
 
 f32 = jnp.float32
 treemap = jax.tree_util.tree_map
@@ -33,22 +33,6 @@ treemap = jax.tree_util.tree_map
 
 #: Elements per chunk of :func:`chunked_norms`.
 CHUNK = 1024
-
-
-def norms_form(setting: str = "auto", backend: str | None = None) -> str:
-    """The form of the optimizer's norms that ``setting`` (``AgentConfig.opt_norms``, one of
-    ``config.OPT_NORMS``) means on ``backend`` (default ``jax.default_backend()``, read when
-    called, so at trace time): ``"auto"`` is ``"chunked"`` on ``"gpu"`` and ``"tensor"``
-    elsewhere (the CPU's and the TPU's programs as they were).
-
-    Raises ValueError naming the setting when it is not one of ``config.OPT_NORMS``.
-    """
-    if setting not in OPT_NORMS:
-        raise ValueError(f"optim.norms_form: setting must be one of {OPT_NORMS}, "
-                         f"got {setting!r}")
-    if setting != "auto":
-        return setting
-    return "chunked" if (backend or jax.default_backend()) == "gpu" else "tensor"
 
 
 def chunked_norms(leaves, groups=None, chunk: int = CHUNK):
@@ -178,9 +162,9 @@ def warmup_schedule(warmup: int):
 
 def make(cfg) -> optax.GradientTransformation:
     """The full chain for AgentConfig ``cfg`` (fields agc, pmin, beta1, beta2, eps, lr, warmup,
-    and opt_norms, resolved by :func:`norms_form`)."""
+    and opt_norms, resolved by :func:`.config.resolve`)."""
     return optax.chain(
-        scale_by_agc(cfg.agc, cfg.pmin, norms_form(cfg.opt_norms)),
+        scale_by_agc(cfg.agc, cfg.pmin, resolve("opt_norms", cfg.opt_norms)),
         scale_by_rms(cfg.beta2, cfg.eps),
         scale_by_momentum(cfg.beta1),
         optax.scale(-cfg.lr),

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import TWOHOT_INDEX
+from .config import resolve
 from .nets import symexp, symlog
 
 __all__ = ["bins", "bins_exact", "bins_ref", "mean", "mean_exact", "mean_ref",
@@ -227,14 +227,10 @@ def index_form(setting: str = "auto", backend: str | None = None) -> str:
     terms are +0.0); on XLA:CPU they give bitwise the same encoding and update
     (tests/test_candidate_twohot_index.py, tests/test_candidate_agent_step.py).
 
+    The choice is ``config.AUTO_SETTINGS["twohot_index"]``, made by ``config.resolve``.
     Raises ValueError naming the setting when it is not one of ``config.TWOHOT_INDEX``.
     """
-    if setting not in TWOHOT_INDEX:
-        raise ValueError(f"twohot.index_form: setting must be one of {TWOHOT_INDEX}, "
-                         f"got {setting!r}")
-    if setting != "auto":
-        return setting
-    return "window" if (backend or jax.default_backend()) == "cpu" else "compare"
+    return resolve("twohot_index", setting, backend)
 
 
 def _check_form(form: str):

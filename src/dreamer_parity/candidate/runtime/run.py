@@ -129,15 +129,10 @@ def _log(msg: str) -> None:
 
 def _default_agent(params: dict):
     """The candidate agent and its config, with its ``auto`` speed settings resolved for this
-    backend (twohot.index_form, observe.grad_form, optim.norms_form), so that ``run.json``
-    names the forms the run used."""
+    backend (``AgentConfig.resolved``), so that ``run.json`` names the forms the run used."""
     from .. import agent as agentlib
-    from .. import observe, optim, twohot
     from ..config import AgentConfig
-    cfg = AgentConfig.from_params(params)
-    return agentlib, dataclasses.replace(
-        cfg, twohot_index=twohot.index_form(cfg.twohot_index),
-        observe_grad=observe.grad_form(cfg.observe_grad), opt_norms=optim.norms_form(cfg.opt_norms))
+    return agentlib, AgentConfig.from_params(params).resolved()
 
 
 def _flatten_params(tree, prefix=""):
