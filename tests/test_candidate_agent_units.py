@@ -570,7 +570,7 @@ def test_config_errors():
 def test_speed_forms_give_the_same_gradient_and_update():
     # The speed settings whose "auto" differs by backend (observe_grad, opt_norms): the
     # "batched" observe gradient with "chunked" norms is what a GPU traces
-    # (observe.grad_form, optim.norms_form; "remat": tests/test_candidate_observe.py).  The
+    # (config.resolve; "remat": tests/test_candidate_observe.py).  The
     # raw gradients (every leaf, the observe scan's RSSM kernels among them), the new state
     # and the metrics (the optimizer's norms among them) agree with the CPU's forms to
     # float32 rounding.

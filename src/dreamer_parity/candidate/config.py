@@ -21,7 +21,7 @@ __all__ = ["AgentConfig", "DEFAULT_LOSS_SCALES", "LOSS_TERMS", "OBSERVE_GRADS", 
 #: Values of ``AgentConfig.twohot_index`` (what each means: twohot.index_form).
 TWOHOT_INDEX = ("auto", "window", "compare")
 #: How the observe scan's gradient is taken (``AgentConfig.observe_grad``; what each means:
-#: observe.grad_form).
+#: observe.py).
 OBSERVE_GRADS = ("auto", "scan", "remat", "batched")
 #: How the optimizer's norms are reduced (``AgentConfig.opt_norms``; optim.py).
 OPT_NORMS = ("auto", "tensor", "chunked")
@@ -137,12 +137,12 @@ class AgentConfig:
     # speed only: how the observe scan's gradient is taken (candidate/observe.py): "scan"
     # (JAX differentiates the scan), "remat" (each step recomputed in the backward loop),
     # "batched" (a custom VJP whose backward loop carries only the latents' cotangents;
-    # the weight gradients over all rows at once) or "auto" (by backend, observe.grad_form:
+    # the weight gradients over all rows at once) or "auto" (by backend, AUTO_SETTINGS:
     # "batched" on a GPU, "scan" elsewhere).  The same function and gradient up to float32
     # rounding; the last two cut XLA:GPU's kernels per update (docs/PERFORMANCE.md, "GPU
     # kernels per update")
     observe_grad: str = "auto"
-    # speed only: how the optimizer's norms are reduced (optim.norms_form): "tensor" (one
+    # speed only: how the optimizer's norms are reduced (optim.py): "tensor" (one
     # reduction per tensor), "chunked" (all tensors in one pass) or "auto" ("chunked" on a
     # GPU, "tensor" elsewhere); float32 summation order only
     opt_norms: str = "auto"
