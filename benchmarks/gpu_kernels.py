@@ -4,10 +4,12 @@ In a Python 3.12 environment with jax 0.11.2 and its CUDA plugin (``jax-cuda13-p
 ``jax-cuda13-pjrt`` 0.11.2; no GPU needed), from the repository root::
 
     JAX_PLATFORMS=cpu python benchmarks/gpu_kernels.py [--seeds 1 32] [--kernel-us 2 5]
-        [--xla-option xla_gpu_graph_min_graph_size=1 ...] [--observe-grad auto|scan|remat|batched]
-        [--opt-norms auto|tensor|chunked]
+        [--xla-option xla_gpu_graph_min_graph_size=1 ...]
+        [--observe-grad auto|scan|remat|batched] [--opt-norms auto|tensor|chunked]
 
-For each seed count: the compile seconds, the kernels per update from the optimized HLO by
+The update is the one a GPU run traces: ``auto`` settings resolve as on a GPU
+(``AgentConfig.resolved("gpu")``: ``batched``, ``chunked``); ``--observe-grad scan
+--opt-norms tensor`` gives the CPU's forms.  For each seed count: the compile seconds, the kernels per update from the optimized HLO by
 kind and by loop (``dreamer_parity.hlo_cost.kernel_counts``), the launches the host submits
 after XLA's command-buffer conversion, read from the compile's thunk sequence
 (``thunk_counts``), and a modelled time per update for each ``--kernel-us``: kernels times
