@@ -129,8 +129,8 @@ def capture_grads():
     from dreamer_parity.candidate import optim
     orig = optim.apply
 
-    def apply(tx, grads, opt_state, params):
-        new, state, metrics = orig(tx, grads, opt_state, params)
+    def apply(tx, grads, opt_state, params, *args):
+        new, state, metrics = orig(tx, grads, opt_state, params, *args)
         return new, state, {**metrics, "__grads__": grads}
     optim.apply = apply
     try:
