@@ -9,7 +9,9 @@ In a Python 3.12 environment with jax 0.11.2 and its CUDA plugin (``jax-cuda13-p
 
 The update is the one a GPU run traces: ``auto`` settings resolve as on a GPU
 (``AgentConfig.resolved("gpu")``: ``batched``, ``chunked``); ``--observe-grad scan
---opt-norms tensor`` gives the CPU's forms.  For each seed count: the compile seconds, the kernels per update from the optimized HLO by
+--opt-norms tensor`` gives the CPU's forms.
+
+For each seed count: the compile seconds, the kernels per update from the optimized HLO by
 kind and by loop (``dreamer_parity.hlo_cost.kernel_counts``), the launches the host submits
 after XLA's command-buffer conversion, read from the compile's thunk sequence
 (``thunk_counts``), and a modelled time per update for each ``--kernel-us``: kernels times
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
               flush=True)
         r = gk.count_update(n, p["profile"], a.precision, dict(a.xla_option),
                             agent_options={"observe_grad": a.observe_grad,
-                                                         "opt_norms": a.opt_norms})
+                                           "opt_norms": a.opt_norms})
         h, t = r["hlo"], r["thunks"] or {}
         print(f"\n## {n} seed(s), profile {p['profile']}, precision {a.precision}: "
               f"compile {r['compile_s']:.0f} s")

@@ -487,6 +487,8 @@ def test_chunked_norms_against_numpy():
         optim.chunked_norms([])
     with pytest.raises(ValueError, match="AgentConfig.opt_norms: expected one of"):
         resolve("opt_norms", "flat")
+    with pytest.raises(ValueError, match="optim.apply: norms must be one of"):
+        optim.apply(None, None, None, None, "auto")        # resolved forms only, before work
 
 
 @pytest.mark.parametrize("norms", ["tensor", "chunked"])

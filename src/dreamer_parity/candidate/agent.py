@@ -382,9 +382,10 @@ def train_step(cfg: AgentConfig, state, batch, key=None, draws=None, internals: 
 
     (loss, (metrics, retnorm, outs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state["params"])
-    tx = optim.make(cfg)
+    norms = resolve("opt_norms", cfg.opt_norms)   # AGC's and the metrics' norms, one form
+    tx = optim.make(cfg, norms)
     params, opt_state, opt_metrics = optim.apply(tx, grads, state["opt_state"], state["params"],
-                                                 resolve("opt_norms", cfg.opt_norms))
+                                                 norms)
     metrics.update(opt_metrics)
     metrics["opt_loss"] = loss
     if internals:

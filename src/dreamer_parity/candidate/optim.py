@@ -33,6 +33,13 @@ treemap = jax.tree_util.tree_map
 
 #: Elements per chunk of :func:`chunked_norms`.
 CHUNK = 1024
+#: The resolved forms of the norms (``AgentConfig.opt_norms`` without ``auto``).
+_NORMS = ("tensor", "chunked")
+
+
+def _check_norms(norms: str, where: str) -> None:
+    if norms not in _NORMS:
+        raise ValueError(f"{where}: norms must be one of {_NORMS}, got {norms!r}")
 
 
 def chunked_norms(leaves, groups=None, chunk: int = CHUNK):
@@ -76,8 +83,7 @@ def scale_by_agc(clip: float = 0.3, pmin: float = 1e-3,
     u = g / max(1, ||g||_2 / (clip * max(pmin, ||p||_2))).  Needs ``params``.
     ``norms``: ``"tensor"`` (a reduction per tensor) or ``"chunked"``
     (:func:`chunked_norms`)."""
-    if norms not in ("tensor", "chunked"):
-        raise ValueError(f"scale_by_agc: norms must be 'tensor' or 'chunked', got {norms!r}")
+    _check_norms(norms, "scale_by_agc")
 
     def init_fn(params):
         del params
@@ -160,11 +166,12 @@ def warmup_schedule(warmup: int):
     return schedule
 
 
-def make(cfg) -> optax.GradientTransformation:
-    """The full chain for AgentConfig ``cfg`` (fields agc, pmin, beta1, beta2, eps, lr, warmup,
-    and opt_norms, resolved by :func:`.config.resolve`)."""
+def make(cfg, norms: str | None = None) -> optax.GradientTransformation:
+    """The full chain for AgentConfig ``cfg`` (fields agc, pmin, beta1, beta2, eps, lr, warmup).
+    ``norms``: the form of AGC's norms as the caller resolved it (``"tensor"`` or
+    ``"chunked"``), or None to resolve ``cfg.opt_norms`` here (:func:`.config.resolve`)."""
     return optax.chain(
-        scale_by_agc(cfg.agc, cfg.pmin, resolve("opt_norms", cfg.opt_norms)),
+        scale_by_agc(cfg.agc, cfg.pmin, norms or resolve("opt_norms", cfg.opt_norms)),
         scale_by_rms(cfg.beta2, cfg.eps),
         scale_by_momentum(cfg.beta1),
         optax.scale(-cfg.lr),
@@ -179,6 +186,7 @@ def apply(tx, grads, opt_state, params, norms: str = "tensor"):
     counter), all float32 scalars (jaxutils.py:483-540).  ``norms``: the form of the three
     global norms, ``"tensor"`` (``optax.tree.norm``) or ``"chunked"`` (one
     :func:`chunked_norms` pass over the three trees)."""
+    _check_norms(norms, "optim.apply")
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     steps = opt_state[-1].count
