@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.lock | cut -d' ' -f1)
 export DVC_NO_ANALYTICS := 1
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 reference-setup-jax011 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels gpu-wheels tpu-reference gpu-reference
+.PHONY: plots-template setup venv round head reference-setup reference-setup-jax010 reference-setup-jax011 run smoke test bench bench-ratio clean-venv parity-fixtures params-check round-tags accel-wheels gpu-wheels gpu-programs tpu-reference gpu-reference
 
 # The venv, then a git tag per kept round of docs/rounds/index.yaml whose commit the clone holds
 # (tags are not cloned with the branch), so that `dvc metrics diff <round> <round>` takes round
@@ -139,6 +139,25 @@ gpu-wheels: venv
 # export of the reference checkout (docs/REFERENCE_RUN.md, "On the TPU machine").
 tpu-reference: venv
 	$(PY) -m dreamer_parity.device_reference --prepare .tpu-ref
+
+# The run's programs compiled here for the GPU machine's H200, without a GPU
+# (dreamer_parity.accel.precompile): .gpu-programs/ with the GPU call's smoke seed and the
+# round's batches of 8, 16, 24 and 32 seeds (4-5 MiB and 3-7 minutes of two cores each),
+# copied there with .gpu-wheels/; benchmarks/gpu_call.py loads them instead of compiling.
+# The compiler is jax 0.11.2's CUDA plugin, in a Python 3.12 environment of its own
+# (.venv-gpu-compile/: requirements-gpu-cpu312.lock and the plugin, about 400 MB).
+GPU_JAX := $(shell sed -n 's/^jax==//p' requirements-gpu-cpu312.lock)
+.venv-gpu-compile/.complete: requirements-gpu-cpu312.lock | venv
+	rm -rf .venv-gpu-compile
+	$$($(PY) -c 'from dreamer_parity.reference.setup import find_python; print(find_python("3.12") or "python3.12")') -m venv .venv-gpu-compile
+	.venv-gpu-compile/bin/python -m pip install -q --no-deps --only-binary=:all: \
+	  --disable-pip-version-check -r requirements-gpu-cpu312.lock \
+	  jax-cuda13-plugin==$(GPU_JAX) jax-cuda13-pjrt==$(GPU_JAX)
+	touch $@
+
+gpu-programs: .venv-gpu-compile/.complete
+	JAX_PLATFORMS=cpu PYTHONPATH=src .venv-gpu-compile/bin/python -m dreamer_parity.accel.precompile --out .gpu-programs --smoke
+	JAX_PLATFORMS=cpu PYTHONPATH=src .venv-gpu-compile/bin/python -m dreamer_parity.accel.precompile --out .gpu-programs --seeds 8 16 24 32
 
 # The same for the GPU machine (an NVIDIA H200, Python 3.12, jax 0.11.2): .gpu-ref/ with the
 # CPython 3.12 wheels of reference.jax 0.11.2 that its image lacks, and the export.

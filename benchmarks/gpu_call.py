@@ -1,7 +1,8 @@
 """The candidate's seeds on an NVIDIA GPU in one call: set-up, smoke, measure, batch, pack.
 
 On the GPU machine (Python 3.12 with jax 0.11.2 and its CUDA 13 plugin: version set
-``gpu-h200``), from the repository root, with ``.gpu-wheels/`` (``make gpu-wheels`` here)
+``gpu-h200``), from the repository root, with ``.gpu-wheels/`` (``make gpu-wheels`` here) and
+``.gpu-programs/`` (``make gpu-programs`` here: the run's programs compiled for the H200)
 copied there beside the working tree (docs/CANDIDATE.md#gpu)::
 
     python3 benchmarks/gpu_call.py --out <dir brought back> --deadline-s 540 --first-seed 50
@@ -13,9 +14,15 @@ runs in a child process (one process at a time holds the GPU):
    --no-index --no-deps`` into a temporary directory (``dreamer_parity.accel.wheelsets``);
    every module the candidate imports must then be importable (exit 2 otherwise).
 2. ``probe``: the versions, the jax backend and its devices, the device memory, the GPU model,
-   driver and memory (``provenance.gpu``), printed and recorded.
+   driver and memory (``provenance.gpu``), printed and recorded; then ``programs``: every
+   entry of ``--programs`` loaded once on the GPU
+   (``python -m dreamer_parity.candidate.runtime.executables check``): ``gpu_call.json``'s
+   ``programs`` says, per seed count, whether it loads, in how many seconds, or why not.  The
+   runs below load their programs from there where they can and compile them otherwise
+   (``run.json`` ``config.programs`` says which).
 3. ``smoke``: one seed of the smoke profile (tiny widths, 1,200 rows: seconds after its
-   compile; ``--smoke-set`` changes it) through ``python -m dreamer_parity.candidate.runtime.run``, then packed with
+   compile, its programs loaded from ``--programs`` where they are there; ``--smoke-set``
+   changes it) through ``python -m dreamer_parity.candidate.runtime.run``, then packed with
    ``python -m dreamer_parity.archive pack`` (the archive is checked and thrown away); then
    ``mirror``: the reference heads' mirror-column probe (``dreamer_parity.accel.mirror``) at
    precisions ``default`` and ``highest``, each with GEMM autotuning off
@@ -23,14 +30,18 @@ runs in a child process (one process at a time holds the GPU):
    deadline is near; skipped below ``mirror.MIN_BUDGET_S``); ``gpu_call.json``'s ``mirror``
    holds the pairs that differ of 127 (``differ``) and the full results, or the error (the
    call goes on).  The later phases' time is what is left after it.
-4. ``measure``: the run's own chunk program at ``--measure-seeds`` seeds and the round's
-   profile, timed by ``benchmarks/accel_check.py --parts loop`` (compile seconds and
+4. ``measure``: the run's own programs at ``--measure-seeds`` seeds, loaded or compiled,
+   timed over ``--measure-chunks`` chunks past the gate (``python -m
+   dreamer_parity.accel.rate``: seconds to load or compile, seconds per update,
    seed-updates per second).
 5. ``batch``: ``dreamer_parity.accel.deadline.plan_batch`` sizes the batch from that
    measurement so that it finishes inside ``--deadline-s`` (counted from this script's
-   start); the seeds ``--first-seed`` upward then run in one program (``run --deadline-s``,
-   ``--checkpoint deadline``: a seed cut by the deadline is checkpointed under ``--runs``,
-   never packed).
+   start): a seed count whose programs loaded (built from this call's parameters and
+   precision) costs its load seconds, any other the
+   measured compile, and when the measurement itself loaded its programs (no compile
+   measured), only the counts that loaded are taken.  The seeds ``--first-seed`` upward
+   then run in one program (``run --deadline-s``, ``--checkpoint deadline``: a seed cut by
+   the deadline is checkpointed under ``--runs``, never packed).
 6. ``pack``: the finished seeds into ``<out>/candidate-s<first>-s<last>.tar.gz`` with ``python
    -m dreamer_parity.archive pack`` (one archive, at most 16 MiB, checked), to be kept here with
    ``python -m dreamer_parity.keep``.
@@ -61,7 +72,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dreamer_parity import provenance, records  # noqa: E402  (standard library only)
-from dreamer_parity.accel import check, mirror, wheelsets  # noqa: E402
+from dreamer_parity.accel import mirror, wheelsets  # noqa: E402
 from dreamer_parity.accel.deadline import plan_batch, updates_per_seed  # noqa: E402
 
 JSON_NAME = "gpu_call.json"
@@ -69,14 +80,6 @@ JSON_NAME = "gpu_call.json"
 PACK_RESERVE_S = 20.0
 #: The largest archive a call brings back.
 ARCHIVE_MAX_BYTES = 16 * 2**20
-
-
-def smoke_sets(extra=()) -> list[str]:
-    """The ``--set`` assignments of the smoke run, after the call's ``--set``: the smoke
-    profile's (``params.SMOKE``), seed 0 alone, then ``extra`` (``--smoke-set``)."""
-    from dreamer_parity import params as paramslib
-    return [*(f"{k}={json.dumps(v) if v is not None else 'null'}"
-              for k, v in paramslib.SMOKE.items() if k != "seeds"), "seeds=[0]", *extra]
 
 
 def _seed_sets(params: dict, seeds: list[int]) -> list[str]:
@@ -149,14 +152,54 @@ class Call:
         ph["_stdout"] = text[0]
         return ph
 
-    def run_cmd(self, params_sets: list[str], out: Path, deadline_s: float | None) -> list[str]:
+    def run_cmd(self, params_sets: list[str], out: Path, deadline_s: float | None,
+                extra=()) -> list[str]:
         cmd = [sys.executable, "-m", "dreamer_parity.candidate.runtime.run", "--params",
-               self.a.params, "--out", str(out), "--work-dir", str(self.runs / "work")]
+               self.a.params, "--out", str(out), "--work-dir", str(self.runs / "work"), *extra]
         for s in [*self.a.set, *params_sets]:
             cmd += ["--set", s]
         if deadline_s is not None:
             cmd += ["--deadline-s", f"{deadline_s:.0f}", "--checkpoint", "deadline"]
         return cmd
+
+    def executables_arg(self) -> list[str]:
+        """``--executables DIR`` when ``--programs`` names a directory, else nothing."""
+        d = Path(self.a.programs)
+        return ["--executables", str(d.resolve())] if d.is_dir() else []
+
+    def programs(self) -> None:
+        """The ``programs`` phase: load every entry of ``--programs`` on the GPU once;
+        ``res["programs"]`` holds each entry's result (or why there are none).  A failure
+        does not stop the call: the runs compile."""
+        d = Path(self.a.programs)
+        if not d.is_dir():
+            self.res["programs"] = {"none": f"{self.a.programs} is not a directory: every "
+                                            f"program is compiled here"}
+            self.write()
+            return
+        ph = self.child("programs", [sys.executable, "-m",
+                                     "dreamer_parity.candidate.runtime.executables", "check",
+                                     str(d.resolve())], min(self.left(), 300))
+        try:
+            entries = json.loads(ph.pop("_stdout").strip().splitlines()[-1])["entries"]
+        except (IndexError, ValueError, KeyError):
+            entries = {}
+            self.res["programs"] = {"error": f"exit {ph['rc']}: {ph['tail'][-300:]}"}
+        else:
+            self.res["programs"] = {"entries": entries}
+        ok = {v["seeds"]: v["load_s"] for v in entries.values() if v["ok"]}
+        print(f"gpu_call: programs compiled beforehand that load here (seeds: seconds): {ok}",
+              file=sys.stderr, flush=True)
+        self.write()
+
+    def ready(self, params: dict) -> dict:
+        """``{seeds: load seconds}`` of the entries that loaded in the ``programs`` phase and
+        were built from ``params`` at this call's precision (the smoke's are not)."""
+        from dreamer_parity.candidate.runtime.run import PROGRAM_PARAMS
+        want = {**{k: params[k] for k in PROGRAM_PARAMS}, "precision": self.a.precision}
+        entries = self.res.get("programs", {}).get("entries", {})
+        return {int(v["seeds"]): float(v["load_s"]) for v in entries.values()
+                if v["ok"] and v["seeds"] and v.get("settings") == want}
 
     def pack(self, root: Path, dest: Path, name: str) -> dict:
         ph = self.child(name, [sys.executable, "-m", "dreamer_parity.archive", "pack",
@@ -181,10 +224,12 @@ class Call:
               f"{(probe['backend'] or {}).get('platform')} {probe['devices']}, memory limit "
               f"{probe['memory_limit_bytes']}; GPUs {g['gpus']}", file=sys.stderr, flush=True)
         self.write()
+        self.programs()
         # smoke: one tiny seed, run and packed
         from dreamer_parity import params as paramslib
         smoke_out = self.runs / "smoke"
-        ph = self.child("smoke", self.run_cmd(smoke_sets(a.smoke_set), smoke_out, None),
+        ph = self.child("smoke", self.run_cmd(paramslib.one_seed_smoke_sets(a.smoke_set),
+                                              smoke_out, None, self.executables_arg()),
                         min(self.left(), a.smoke_timeout_s))
         ph.pop("_stdout", None)
         if ph["rc"] != 0:
@@ -195,28 +240,27 @@ class Call:
         if ph["rc"] != 0:
             return self.fail("smoke-pack")
         self.mirror()
-        # measure: the run's chunk program at --measure-seeds seeds
+        # measure: the run's own programs at --measure-seeds seeds
         params = paramslib.load(REPO / a.params if not Path(a.params).is_absolute()
                                 else a.params, a.set)
-        m_out = self.runs / "measure"
-        cmd = [sys.executable, str(REPO / "benchmarks" / "accel_check.py"), "--out", str(m_out),
-               "--platform", a.platform, "--profile", params["profile"], "--parts", "loop",
-               "--seeds", str(a.measure_seeds), "--max-seeds", str(a.measure_seeds),
-               "--compare-updates", "0", "--precision", a.precision, "--versions", a.versions,
-               "--budget-s", f"{max(1.0, min(self.left() - PACK_RESERVE_S, a.measure_budget_s)):.0f}",
-               "--wheels", a.wheels, *a.measure_args]
-        ph = self.child("measure", cmd, self.left())
-        ph.pop("_stdout", None)
+        cmd = [sys.executable, "-m", "dreamer_parity.accel.rate", "--params", a.params,
+               "--seeds", str(a.measure_seeds), "--timed-chunks", str(a.measure_chunks),
+               *(f"--set={x}" for x in a.set), *self.executables_arg()]
+        ph = self.child("measure", cmd, self.left() - PACK_RESERVE_S)
         try:
-            loop = json.loads((m_out / check.JSON_NAME).read_text())["summary"]["loop"][
-                str(a.measure_seeds)]
-        except (OSError, ValueError, KeyError):
-            return self.fail("measure", "no loop figure in the measurement")
+            lines = [x for x in ph.pop("_stdout").splitlines() if x.startswith("RATE ")]
+            loop = json.loads(lines[-1][len("RATE "):])
+        except (IndexError, ValueError):
+            return self.fail("measure", "no rate in the measurement")
         ph["loop"] = loop
-        # batch
+        self.write()
+        # batch: a count whose programs loaded costs its load time; others a compile, known
+        # only when the measurement compiled
+        measured_compile = loop["compile_s"] if loop["programs"]["source"] == "compiled" \
+            else None
         plan = plan_batch(self.left() - PACK_RESERVE_S, updates_per_seed(params["rows"]),
-                          a.measure_seeds, loop["seed_updates_per_s"], loop["compile_s"],
-                          a.max_seeds)
+                          a.measure_seeds, loop["seed_updates_per_s"], measured_compile,
+                          a.max_seeds, ready=self.ready(params))
         seeds = list(range(a.first_seed, a.first_seed + plan["seeds"]))
         self.res["plan"] = {**plan, "seed_list": seeds,
                             "updates_per_seed": updates_per_seed(params["rows"])}
@@ -227,7 +271,8 @@ class Call:
             return 0
         batch_out = self.runs / "batch"
         ph = self.child("batch", self.run_cmd(_seed_sets(params, seeds), batch_out,
-                                              self.left() - PACK_RESERVE_S), self.left())
+                                              self.left() - PACK_RESERVE_S,
+                                              self.executables_arg()), self.left())
         ph.pop("_stdout", None)
         if ph["rc"] not in (0, 3):   # 3: stopped at the deadline, checkpointed
             return self.fail("batch")
@@ -291,9 +336,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-seeds", type=int, default=32, help="the largest batch")
     ap.add_argument("--measure-seeds", type=int, default=8,
                     help="seeds of the measured chunk program")
-    ap.add_argument("--measure-budget-s", type=float, default=240.0)
-    ap.add_argument("--measure-args", nargs=argparse.REMAINDER, default=[],
-                    help="further accel_check.py options of the measurement (last)")
+    ap.add_argument("--measure-chunks", type=int, default=2,
+                    help="chunks timed in the measurement, after one untimed")
+    ap.add_argument("--programs", default=".gpu-programs",
+                    help="the run's programs compiled beforehand (make gpu-programs); "
+                         "missing: every program is compiled here")
     ap.add_argument("--smoke-timeout-s", type=float, default=300.0)
     ap.add_argument("--smoke-set", action="append", default=[], metavar="KEY=VALUE",
                     help="change a parameter of the smoke run, after the smoke profile's "
@@ -318,7 +365,7 @@ def main(argv=None) -> int:
     # everything checked before anything is written or run
     if not 0 < a.deadline_s < 1e6:
         ap.error(f"--deadline-s {a.deadline_s}: must be a positive number of seconds")
-    for name in ("first_seed", "max_seeds", "measure_seeds"):
+    for name in ("first_seed", "max_seeds", "measure_seeds", "measure_chunks"):
         v = getattr(a, name)
         if v < (0 if name == "first_seed" else 1):
             ap.error(f"--{name.replace('_', '-')} {v}: must be "
@@ -332,7 +379,7 @@ def main(argv=None) -> int:
     try:
         path = REPO / a.params if not Path(a.params).is_absolute() else a.params
         paramslib.load(path, a.set)
-        paramslib.load(path, [*a.set, *smoke_sets(a.smoke_set)])
+        paramslib.load(path, [*a.set, *paramslib.one_seed_smoke_sets(a.smoke_set)])
     except FileNotFoundError as e:
         ap.error(f"--params: file not found: {e.filename}")
     except paramslib.ParamsError as e:

@@ -27,9 +27,10 @@ SCRIPT = REPO / "benchmarks" / "gpu_call.py"
 
 SMOKE_SETS = [f"--set={k}={json.dumps(v) if v is not None else 'null'}"
               for k, v in paramslib.SMOKE.items()]
-# 1,056 rows: the gate's row 1,040, then one vector step of 8 updates (9 in all)
-SHORT = ["rows=1056", "eval_every=528", "stats.s1_rows=[528,1056]",
-         "stats.concordance_rows=[1056]", "stats.concordance_range=[528,1056]"]
+# the smoke, the measurement and the batch: the smoke round's 1,200 rows in chunks of 5 vector
+# steps, 15 in all; the 14th is the first whose every step updates, the 15th is timed (81
+# updates a seed)
+BATCH = ["eval_every=80"]
 
 
 def _wheel(d: Path, name: str, version: str) -> Path:
@@ -53,6 +54,12 @@ def test_plan_batch_fits_the_deadline_and_bounds_wider_batches():
     assert plan_batch(100.0, 100, 8, 40.0, 20.0, 4)["seeds"] == 4
     assert plan_batch(60.0, 100, 8, 40.0, 20.0, 32) == {
         "seeds": 0, "estimate_s": None, "update_s_measured": 0.2}
+    # programs that load in 2 s: a count among them costs 2 s, not the 20 s compile
+    assert plan_batch(100.0, 100, 8, 40.0, 20.0, 32, ready={24: 2.0}) == {
+        "seeds": 24, "estimate_s": pytest.approx(92.0), "update_s_measured": 0.2}
+    # no compile measured: only the counts that load
+    assert plan_batch(100.0, 100, 8, 40.0, None, 32, ready={8: 2.0, 16: 2.0})["seeds"] == 16
+    assert plan_batch(100.0, 100, 8, 40.0, None, 32)["seeds"] == 0
     with pytest.raises(ValueError, match="must be positive"):
         plan_batch(100.0, 100, 8, 0.0, 20.0, 32)
     # the round's 24,000 rows: 11,481 updates a seed (docs/CANDIDATE.md)
@@ -82,6 +89,7 @@ def test_gpu_provenance_from_nvidia_smi_and_xla_flags(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args,msg", [
     (["--deadline-s", "0"], "--deadline-s 0.0: must be a positive number"),
     (["--deadline-s", "9", "--max-seeds", "0"], "--max-seeds 0: must be positive"),
+    (["--deadline-s", "9", "--measure-chunks", "0"], "--measure-chunks 0: must be positive"),
     (["--deadline-s", "9", "--versions", "gpu-x"], "--versions 'gpu-x' is not in"),
     (["--deadline-s", "9", "--set", "seeds=[1, 1]"], "duplicate seeds"),
     (["--deadline-s", "9", "--params", "nope.yaml"], "--params: file not found"),
@@ -127,24 +135,49 @@ def test_the_mirror_probe_table_and_its_limits():
 
 @pytest.mark.slow
 def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
+    """Programs compiled beforehand for one seed (``precompile``, target ``cpu``) are loaded by
+    the smoke, the measurement and the batch (all three run one seed of the same programs
+    here), so nothing else compiles."""
+    import jax
+
+    from dreamer_parity.accel import precompile
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     _wheel(wheels, "dp-gpu-call-probe", "0.1")
+    sets = [x[len("--set="):] for x in SMOKE_SETS] + BATCH
+    with jax.default_matmul_precision("highest"):
+        built = precompile.build(paramslib.load(REPO / "params.yaml", sets), [1],
+                                 tmp_path / "programs", "cpu", log=lambda _: None)
     env = {k: v for k, v in os.environ.items() if k != provenance.ALLOW_VERSIONS_ENV}
     out, runs = tmp_path / "out", tmp_path / "runs"
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(out), "--runs", str(runs),
          "--deadline-s", "3000", "--first-seed", "50", "--max-seeds", "1",
-         "--measure-seeds", "1", "--platform", "cpu", "--versions", "none",
-         "--smoke-timeout-s", "1200", "--measure-budget-s", "1500",
-         "--wheels", str(wheels), *SMOKE_SETS, *(f"--set={x}" for x in SHORT),
-         *(f"--smoke-set={x}" for x in SHORT),
-         "--measure-args", "--rows", "1072", "--loop-steps", "1", "--loop-chunks", "1"],
+         "--measure-seeds", "1", "--measure-chunks", "1", "--platform", "cpu",
+         "--versions", "none", "--smoke-timeout-s", "1200", "--wheels", str(wheels),
+         "--programs", str(tmp_path / "programs"), *(f"--set={x}" for x in sets),
+         *(f"--smoke-set={x}" for x in BATCH)],
         capture_output=True, text=True, timeout=3000, cwd=REPO, env=env)
     res = json.loads((out / "gpu_call.json").read_text())
     assert r.returncode == 0, (r.stderr[-3000:], res)
     assert [p["name"] for p in res["phases"]] == [
-        "probe", "smoke", "smoke-pack", "mirror", "measure", "batch", "pack"]
+        "probe", "programs", "smoke", "smoke-pack", "mirror", "measure", "batch", "pack"]
+    key = built[0]["key"]
+    assert list(res["programs"]["entries"]) == [key]
+    assert res["programs"]["entries"][key]["ok"] and res["programs"]["entries"][key]["seeds"] == 1
+    # what the plan matches against the call's own parameters and precision
+    assert res["programs"]["entries"][key]["settings"] == {
+        "profile": "smoke", "decode": "exact", "rows": 1200, "eval_every": 80,
+        "eval_episodes": 2, "precision": "highest"}
+    measure = res["phases"][5]
+    assert measure["name"] == "measure" and measure["loop"]["seed_updates_per_s"] > 0
+    assert measure["loop"]["programs"] == {"source": "precompiled", "key": key, "target": {
+        "platform": "cpu", "device_kind": jax.devices()[0].device_kind,
+        "compute_capability": None, "described": False}}
+    assert measure["loop"]["timed_updates"] == 40   # one chunk of 5 vector steps
+    # no compile was measured: the batch is a count whose programs loaded
+    assert res["plan"]["seed_list"] == [50] and res["finished"] == [50]
+    assert res["plan"]["updates_per_seed"] == 81
     # the smoke's mirror probe: on XLA:CPU no pair differs, at either precision
     assert res["mirror"]["differ"] == CPU_DIFFER and res["mirror"]["mirror_pairs"] == 127
     for precision, pair in res["mirror"]["pairs"].items():
@@ -156,11 +189,6 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
     assert [w["action"] for w in res["wheels"]] == ["install"]
     assert res["probe"]["backend"]["platform"] == "cpu"
     assert res["probe"]["backend"]["matmul_precision"] == "highest"
-    assert res["phases"][4]["name"] == "measure" and res["phases"][4]["loop"][
-        "seed_updates_per_s"] > 0
-    # one seed: the batch's program is the smoke's (the compilation cache serves it)
-    assert res["plan"]["seed_list"] == [50] and res["finished"] == [50]
-    assert res["plan"]["updates_per_seed"] == 9
     # only the JSON and the archive come back
     assert sorted(p.name for p in out.iterdir()) == ["candidate-s50-s50.tar.gz", "gpu_call.json"]
     with tarfile.open(out / "candidate-s50-s50.tar.gz") as tar:
@@ -168,4 +196,8 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
         run = json.load(tar.extractfile("candidate/s50/run.json"))
     assert {n.split("/")[1] for n in names} == {"s50"} and "candidate/s50/DONE.json" in names
     assert run["seed"] == 50 and run["provenance"]["backend"]["matmul_precision"] == "highest"
+    assert run["config"]["programs"]["source"] == "precompiled"
+    assert run["config"]["programs"]["key"] == key
+    smoke = json.loads((runs / "smoke" / "candidate" / "s0" / "run.json").read_text())
+    assert smoke["config"]["programs"] == run["config"]["programs"]
     assert run["provenance"]["xla_flags"] == os.environ.get("XLA_FLAGS", "")

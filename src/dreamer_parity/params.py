@@ -981,6 +981,15 @@ def smoke_overrides() -> list[str]:
     return out
 
 
+def one_seed_smoke_sets(extra=()) -> list[str]:
+    """The ``--set KEY=VALUE`` assignments (as the candidate's runner takes them) of one
+    smoke seed: :data:`SMOKE` but ``seeds``, then ``seeds=[0]``, then ``extra``.  The GPU
+    call's smoke run and its programs compiled beforehand
+    (:mod:`dreamer_parity.accel.precompile` ``--smoke``) both use them."""
+    return [*(f"{k}={json.dumps(v) if v is not None else 'null'}"
+              for k, v in SMOKE.items() if k != "seeds"), "seeds=[0]", *extra]
+
+
 def smoke_params(base: dict | None = None) -> dict:
     """The validated smoke parameter set (base: the defaults, or a validated dict)."""
     flat = _flatten(base) if base else {}

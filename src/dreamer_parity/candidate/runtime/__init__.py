@@ -13,6 +13,7 @@ Training (the ``candidate`` stage):
 Compilation:
 
 * :mod:`.program_store` the run's programs exported once and reloaded
+* :mod:`.executables` the run's programs compiled beforehand (for a GPU), loaded
 * :mod:`.seedmesh`   one host device per seed on CPU
 * :mod:`.seedmap`    vmap over seeds, batched or one seed at a time
 """

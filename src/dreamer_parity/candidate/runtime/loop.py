@@ -255,11 +255,12 @@ def _point(agent, cfg, episodes: int, carry):
     return new, report
 
 
-def compiler_options(agent) -> dict | None:
+def compiler_options(agent, backend: str | None = None) -> dict | None:
     """The agent's XLA:CPU compiler options (``agent.XLA_CPU_OPTIONS``) on the CPU backend,
-    else None (GPU, or an agent without them)."""
+    else None (GPU, or an agent without them).  ``backend``: the backend the programs are
+    compiled for (default ``jax.default_backend()``)."""
     opts = getattr(agent, "XLA_CPU_OPTIONS", None)
-    return dict(opts) if opts and jax.default_backend() == "cpu" else None
+    return dict(opts) if opts and (backend or jax.default_backend()) == "cpu" else None
 
 
 #: XLA:CPU options of the ``init`` program: LLVM -O0.  It runs once per run, and compiles
@@ -269,9 +270,10 @@ def compiler_options(agent) -> dict | None:
 INIT_CPU_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
-def init_compiler_options() -> dict | None:
-    """:data:`INIT_CPU_OPTIONS` on the CPU backend, else None."""
-    return dict(INIT_CPU_OPTIONS) if jax.default_backend() == "cpu" else None
+def init_compiler_options(backend: str | None = None) -> dict | None:
+    """:data:`INIT_CPU_OPTIONS` on the CPU backend (``backend``, default
+    ``jax.default_backend()``), else None."""
+    return dict(INIT_CPU_OPTIONS) if (backend or jax.default_backend()) == "cpu" else None
 
 
 def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: int,
@@ -304,11 +306,12 @@ def seed_programs(agent, cfg, capacity: int, chunk_steps: int, eval_episodes: in
     return fns, names
 
 
-def resolve_seed_batch(seed_batch="auto") -> int | None:
-    """``"auto"`` -> :func:`.seedmap.default_seed_batch` (1 on CPU, all seeds batched
-    elsewhere); otherwise the value checked by :func:`.seedmap.check_seed_batch`."""
+def resolve_seed_batch(seed_batch="auto", backend: str | None = None) -> int | None:
+    """``"auto"`` -> :func:`.seedmap.default_seed_batch` of ``backend`` (default
+    ``jax.default_backend()``: 1 on CPU, all seeds batched elsewhere); otherwise the value
+    checked by :func:`.seedmap.check_seed_batch`."""
     if seed_batch == "auto":
-        return seedmap.default_seed_batch()
+        return seedmap.default_seed_batch(backend)
     return seedmap.check_seed_batch(seed_batch)
 
 

@@ -19,7 +19,10 @@ The key hashes everything the programs depend on: the package's code
 the agent module's name, the agent config, the loop's static settings (replay capacity,
 vector steps per chunk, evaluation episodes, number of seeds, the replay/ratio schedule,
 how many seeds the train step batches, :mod:`.seedmap`),
-jax and jaxlib versions, the backend and the compiler options.  An entry is a directory
+jax and jaxlib versions, the backend, the compiler options and the matrix precision
+(``jax_default_matmul_precision``, which the traced dots carry).  :func:`key_for` computes
+it without tracing anything, for a backend other than this process's too (a program
+compiled here for a GPU: :mod:`dreamer_parity.accel.precompile`).  An entry is a directory
 with ``init.bin``, ``chunk.bin``, ``point.bin`` (``Exported.serialize`` of each program
 with its pytree arguments and results flattened to leaves), ``trees.pkl`` (the pickled
 ``PyTreeDef`` of each program's arguments and results: the carry holds optax states and
@@ -51,7 +54,7 @@ from . import checkpoint as ckptlib
 from . import loop as looplib
 from . import seedmesh
 
-__all__ = ["default_root", "program_key", "load_or_build", "compile_all",
+__all__ = ["default_root", "program_key", "key_for", "load_or_build", "compile_all",
            "use_compilation_cache", "ProgramStoreError", "PROGRAMS"]
 
 #: The programs of a run, in the order they are stored.
@@ -59,6 +62,8 @@ PROGRAMS = ("init", "chunk", "point")
 _META = "meta.json"
 _TREES = "trees.pkl"
 _FORMAT = 1
+#: ``jax.export`` platform of a backend name where the two differ.
+_EXPORT_PLATFORM = {"gpu": "cuda"}
 
 
 class ProgramStoreError(RuntimeError):
@@ -95,20 +100,58 @@ def use_compilation_cache() -> str:
 
 def program_key(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_episodes: int,
                 n_seeds: int, s: Schedule, compiler_options: dict | None,
-                seed_batch: int | None = None, seed_devices: int = 1) -> str:
-    """16 hex digits identifying the programs (see the module docstring)."""
+                seed_batch: int | None = None, seed_devices: int = 1,
+                backend: str | None = None) -> str:
+    """16 hex digits identifying the programs (see the module docstring); ``backend``
+    defaults to ``jax.default_backend()``, the matrix precision is this process's."""
     agent_file = getattr(agent, "__file__", None)
+    precision = jax.config.jax_default_matmul_precision
     blob = json.dumps({
         "format": _FORMAT,
         "code": ckptlib.code_hash(extra_files=[agent_file] if agent_file else []),
         "agent": getattr(agent, "__name__", str(agent)), "agent_config": cfg_dict,
         "capacity": capacity, "chunk_steps": chunk_steps, "eval_episodes": eval_episodes,
         "seeds": n_seeds, "schedule": dataclasses.asdict(s),
-        "jax": jax.__version__, "jaxlib": jaxlib.__version__, "backend": jax.default_backend(),
+        "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+        "backend": backend or jax.default_backend(),
         "compiler_options": compiler_options or {}, "seed_batch": seed_batch,
         "seed_devices": seed_devices,
+        # the default precision adds nothing, so that keys made before it was part stay valid
+        **({} if precision is None else {"matmul_precision": str(precision)}),
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def key_for(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_episodes: int,
+            n_seeds: int, s: Schedule = Schedule(), seed_batch="auto", mesh=None,
+            backend: str | None = None) -> tuple[str, int | None, dict | None]:
+    """The store key of a run's programs, decided here for :func:`load_or_build` and for the
+    compiled programs of :mod:`.executables`; nothing is traced.
+
+    Args:
+      agent, cfg_dict, capacity, chunk_steps, eval_episodes, s: as :func:`load_or_build`.
+      n_seeds: seeds of the run.
+      seed_batch: ``"auto"``, None or a positive int (:func:`.loop.resolve_seed_batch`,
+        resolved for ``backend``).
+      mesh: None, or the run's :func:`.seedmesh.seed_mesh` (one device per seed).
+      backend: the backend the programs are for (default ``jax.default_backend()``).
+
+    Returns:
+      ``(key, resolved seed_batch, compiler options of chunk and point)``.
+
+    Raises:
+      ValueError: a bad ``seed_batch``, or a mesh whose device count is not ``n_seeds``.
+    """
+    opts = looplib.compiler_options(agent, backend)
+    seed_batch = looplib.resolve_seed_batch(seed_batch, backend)
+    devices = 1 if mesh is None else int(mesh.devices.size)
+    if mesh is not None and devices != n_seeds:
+        raise ValueError(f"load_or_build: the mesh has {devices} devices for {n_seeds} seeds "
+                         f"(one device per seed)")
+    key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s,
+                      {**(opts or {}), "init": looplib.init_compiler_options(backend)},
+                      seed_batch, seed_devices=devices, backend=backend)
+    return key, seed_batch, opts
 
 
 def _flat(fn, in_tree, out_trees: dict, name: str):
@@ -131,10 +174,11 @@ def _tree_call(exported, in_tree, out_tree, name: str):
     return f
 
 
-def _wrap(exported: dict, trees: dict, opts, mesh=None) -> dict:
+def _wrap(exported: dict, trees: dict, opts, mesh=None, backend=None) -> dict:
     call = seedmesh.shard_seeds({p: _tree_call(exported[p], *trees[p], p) for p in PROGRAMS},
                                 mesh)
-    return {"init": jax.jit(call["init"], compiler_options=looplib.init_compiler_options()),
+    return {"init": jax.jit(call["init"],
+                            compiler_options=looplib.init_compiler_options(backend)),
             "chunk": jax.jit(call["chunk"], donate_argnums=0, compiler_options=opts),
             "point": jax.jit(call["point"], donate_argnums=0, compiler_options=opts)}
 
@@ -165,7 +209,8 @@ def _shapes(tree, avals, mesh=None):
     return out if mesh is None else seedmesh.put_seeds(out, mesh)
 
 
-def _export(agent, cfg, capacity, chunk_steps, eval_episodes, s, example_keys, seed_batch):
+def _export(agent, cfg, capacity, chunk_steps, eval_episodes, s, example_keys, seed_batch,
+            platforms=None):
     fns, names = looplib.seed_programs(agent, cfg, capacity, chunk_steps, eval_episodes, s,
                                        seed_batch)
     out_trees: dict = {}
@@ -173,7 +218,8 @@ def _export(agent, cfg, capacity, chunk_steps, eval_episodes, s, example_keys, s
 
     def run_export(name, args):
         leaves, in_tree = jax.tree.flatten(args)
-        exported[name] = export.export(jax.jit(_flat(fns[name], in_tree, out_trees, name)))(
+        exported[name] = export.export(jax.jit(_flat(fns[name], in_tree, out_trees, name)),
+                                       platforms=platforms)(
             *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
         trees[name] = (in_tree, out_trees[name])
 
@@ -211,7 +257,8 @@ def _save(root: Path, key: str, exported: dict, trees: dict, meta: dict) -> dict
 
 def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
                   eval_episodes: int, example_keys: dict, s: Schedule = Schedule(),
-                  root: Path | None = None, log=None, seed_batch="auto", mesh=None):
+                  root: Path | None = None, log=None, seed_batch="auto", mesh=None,
+                  backend: str | None = None):
     """The run's jitted programs, from the store when it holds them, else exported now.
 
     Args:
@@ -226,6 +273,9 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
       mesh: None, or a :func:`.seedmesh.seed_mesh` with one device per seed: the store
         then holds the one-seed programs, and the returned ones run them on every device
         (:func:`.seedmesh.shard_seeds`).
+      backend: the backend the programs are for (default ``jax.default_backend()``; ``"gpu"``
+        in a process without one exports for ``cuda``, to be compiled for a GPU that is only
+        described, :func:`compile_all` with a device).
 
     Returns:
       ``(programs, carry_shape, info)``: a :class:`.loop.Programs` whose ``init``, ``chunk``
@@ -246,15 +296,8 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
     t0 = time.perf_counter()
     root = Path(root) if root is not None else default_root()
     n_seeds = int(jax.tree.leaves(example_keys)[0].shape[0])
-    opts = looplib.compiler_options(agent)
-    seed_batch = looplib.resolve_seed_batch(seed_batch)
-    devices = 1 if mesh is None else int(mesh.devices.size)
-    if mesh is not None and devices != n_seeds:
-        raise ValueError(f"load_or_build: the mesh has {devices} devices for {n_seeds} seeds "
-                         f"(one device per seed)")
-    key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s,
-                      {**(opts or {}), "init": looplib.init_compiler_options()}, seed_batch,
-                      seed_devices=devices)
+    key, seed_batch, opts = key_for(agent, cfg_dict, capacity, chunk_steps, eval_episodes,
+                                    n_seeds, s, seed_batch, mesh, backend)
     entry = root / key
     exported = trees = meta = None
     source = "built"
@@ -269,12 +312,13 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
         # with a mesh, each device runs the program of one seed
         local_keys = example_keys if mesh is None else jax.tree.map(
             lambda x: jax.ShapeDtypeStruct((1,) + tuple(x.shape[1:]), x.dtype), example_keys)
+        platforms = None if backend is None else (_EXPORT_PLATFORM.get(backend, backend),)
         exported, trees, meta = _export(agent, cfg, capacity, chunk_steps, eval_episodes, s,
-                                        local_keys, seed_batch)
+                                        local_keys, seed_batch, platforms)
         blobs = _save(root, key, exported, trees, meta)
         # Run what a later start will load: the serialised programs, read back.
         exported = {p: export.deserialize(bytearray(blobs[p])) for p in PROGRAMS}
-    fns = _wrap(exported, trees, opts, mesh)
+    fns = _wrap(exported, trees, opts, mesh, backend)
     progs = looplib.Programs(init=fns["init"], chunk=fns["chunk"], point=fns["point"],
                              metric_names=tuple(meta["metric_names"]), capacity=capacity,
                              chunk_steps=chunk_steps, mesh=mesh)
@@ -287,7 +331,7 @@ def load_or_build(agent, cfg, cfg_dict: dict, capacity: int, chunk_steps: int,
                                 "seed_batch": seed_batch}
 
 
-def compile_all(progs, example_keys, carry_shape) -> looplib.Programs:
+def compile_all(progs, example_keys, carry_shape, device=None) -> looplib.Programs:
     """Lower the three programs of ``progs`` and XLA-compile them at the same time.
 
     XLA:CPU compiles the chunk program mostly on one thread, so compiling ``init`` and
@@ -301,6 +345,9 @@ def compile_all(progs, example_keys, carry_shape) -> looplib.Programs:
       example_keys: the stacked seed keys ``init`` takes (arrays or ShapeDtypeStructs).
       carry_shape: the carry's pytree of ``jax.ShapeDtypeStruct`` (from
         :func:`load_or_build`; laid along ``progs.mesh`` when it has one).
+      device: None (this process's default device, or the mesh), or one device to compile
+        for, such as a GPU of ``jax.experimental.topologies`` that this machine only
+        describes (:mod:`dreamer_parity.accel.precompile`); the programs need no mesh then.
 
     Returns:
       A :class:`.loop.Programs` with the same static settings whose ``init``, ``chunk`` and
@@ -308,12 +355,20 @@ def compile_all(progs, example_keys, carry_shape) -> looplib.Programs:
       arguments of the lowered shapes and keep the jit wrappers' donation).
 
     Raises:
+      ValueError: ``device`` given for programs with a seed mesh.
       Whatever lowering or compiling raises, for the first program that failed.
     """
+    if device is not None and progs.mesh is not None:
+        raise ValueError("compile_all: a device and a seed mesh exclude each other")
     counts = seedmesh.put_replicated(
         jax.ShapeDtypeStruct((progs.chunk_steps,), jax.numpy.int32), progs.mesh)
     example_keys = seedmesh.put_seeds(
         jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), example_keys), progs.mesh)
+    if device is not None:
+        on = jax.sharding.SingleDeviceSharding(device)
+        counts, example_keys, carry_shape = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=on),
+            (counts, example_keys, carry_shape))
     lowered = {"init": progs.init.lower(example_keys),
                "chunk": progs.chunk.lower(carry_shape, counts),
                "point": progs.point.lower(carry_shape)}

@@ -4,7 +4,11 @@ Command line (the DVC stage)::
 
     python -m dreamer_parity.candidate.runtime.run --params params.yaml --out results \\
         [--work-dir DIR] [--deadline-s S] [--checkpoint point|deadline] [--set KEY=VALUE ...] \\
-        [--seed-batch auto|all|N]
+        [--seed-batch auto|all|N] [--executables DIR]
+
+``--executables DIR`` loads the run's programs compiled in advance where ``DIR`` holds them
+for this run and this device (:mod:`.executables`; a GPU machine spends its minutes on seeds,
+not on XLA:GPU's compile), and compiles them otherwise; ``run.json`` says which.
 
 ``--set`` changes a parameter of the file first, as ``dvc exp run -S`` would (a batch of
 seeds on a device: ``--set 'seeds=[10, 11, 12]'``); the run records the parameters it ran.
@@ -58,11 +62,16 @@ from ... import records
 from ...schedule import format_duration
 
 __all__ = ["main", "run", "RunParamsError", "chunk_steps_for", "parse_seed_batch",
+           "ProgramSettings", "program_settings", "seed_layout", "compile_programs",
+           "PROGRAM_PARAMS",
            "CHECKPOINT_POLICIES", "EXIT_DEADLINE", "SEED_BATCH_ALL"]
 
 NUM_ENVS = paramslib.NUM_ENVS
 CHUNK_MAX = 25          # vector steps per jitted chunk call (progress granularity)
 RUN_KEYS = ("profile", "decode", "seeds", "rows", "eval_every", "eval_episodes")
+#: The parameters a run's programs are built from (:func:`program_settings`); programs
+#: compiled beforehand record them (:mod:`.executables`).
+PROGRAM_PARAMS = ("profile", "decode", "rows", "eval_every", "eval_episodes")
 #: When checkpoints are written: at every evaluation point, or only at the deadline.
 CHECKPOINT_POLICIES = ("point", "deadline")
 #: Exit status of a run stopped at its deadline (checkpoint written, no result files).
@@ -127,12 +136,45 @@ def _log(msg: str) -> None:
     print(f"[candidate] {msg}", file=sys.stderr, flush=True)
 
 
-def _default_agent(params: dict):
-    """The candidate agent and its config, with its ``auto`` speed settings resolved for this
-    backend (``AgentConfig.resolved``), so that ``run.json`` names the forms the run used."""
+def _default_agent(params: dict, backend: str | None = None):
+    """The candidate agent and its config, with its ``auto`` speed settings resolved for
+    ``backend`` (default: this process's; ``AgentConfig.resolved``), so that ``run.json``
+    names the forms the run used."""
     from .. import agent as agentlib
     from ..config import AgentConfig
-    return agentlib, AgentConfig.from_params(params).resolved()
+    return agentlib, AgentConfig.from_params(params).resolved(backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramSettings:
+    """What a run's programs are built from, decided once from its parameters
+    (:func:`program_settings`): the agent module and config (``cfg_dict`` as run.json
+    writes it), replay ``capacity`` (rows per environment), vector steps per chunk, evaluation
+    episodes per point, and the replay/ratio ``schedule``."""
+    agent: object
+    cfg: object
+    cfg_dict: dict
+    capacity: int
+    chunk_steps: int
+    eval_episodes: int
+    schedule: object
+
+
+def program_settings(params: dict, agent=None, cfg=None,
+                     backend: str | None = None) -> ProgramSettings:
+    """The run's :class:`ProgramSettings` for validated ``params`` (its
+    :data:`PROGRAM_PARAMS`); ``agent``/``cfg`` default to the candidate's,
+    resolved for ``backend`` (default: this process's backend).  :func:`run` and the
+    programs compiled in advance for another machine
+    (:mod:`dreamer_parity.accel.precompile`) both take them from here, so their program keys
+    agree."""
+    from ...schedule import Schedule
+    if agent is None:
+        agent, cfg = _default_agent(params, backend)
+    return ProgramSettings(agent=agent, cfg=cfg, cfg_dict=config_dict(cfg),
+                           capacity=params["rows"] // NUM_ENVS,
+                           chunk_steps=chunk_steps_for(params["eval_every"] // NUM_ENVS),
+                           eval_episodes=params["eval_episodes"], schedule=Schedule())
 
 
 def _flatten_params(tree, prefix=""):
@@ -150,7 +192,7 @@ def _flatten_params(tree, prefix=""):
 
 def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, final_params,
                    seeds, timing: dict, argv: dict, schedule: dict,
-                   seed_layout: dict) -> None:
+                   layout: dict, programs: dict) -> None:
     import numpy as np
 
     from ...provenance import collect
@@ -168,7 +210,7 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
         records.write_json(d / "run.json", {
             "side": "candidate", "seed": int(seed),
             "config": {"agent": cfg_dict, "params": run_params, "schedule": schedule,
-                       "seed_layout": seed_layout},
+                       "seed_layout": layout, "programs": programs},
             "args": argv, "provenance": prov})
         records.write_json(d / "timing.json", timing)
         flat = {k: np.asarray(v)[i] for k, v in _flatten_params(final_params).items()}
@@ -182,7 +224,7 @@ def _write_outputs(out: Path, run_params: dict, cfg_dict: dict, host: dict, fina
 
 def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         hooks: dict | None = None, argv: dict | None = None, deadline: float | None = None,
-        checkpoint: str = "point", seed_batch="auto") -> dict:
+        checkpoint: str = "point", seed_batch="auto", executables=None) -> dict:
     """Run all seeds of validated ``params``; write the outputs under ``out``.
 
     Args:
@@ -208,6 +250,11 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         enters the checkpoint key and is recorded in ``timing.json`` and ``run.json``.
         With one seed per program (one seed, or the CPU's seed mesh) the train step runs
         unbatched whatever the value.
+      executables: None, or a directory of programs compiled in advance
+        (:mod:`.executables`, :mod:`dreamer_parity.accel.precompile`): its entry for this
+        run's program key is loaded instead of compiling when it fits this device; otherwise
+        the run compiles and says why.  ``run.json`` records which (``config.programs``), and
+        loaded programs give another checkpoint key than compiled ones.
 
     Returns:
       dict with ``key``, ``resumed_from_rows``, ``records`` (per seed), ``failed``,
@@ -223,43 +270,39 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         raise ValueError(f"checkpoint must be one of {CHECKPOINT_POLICIES}, got {checkpoint!r}")
     t_start = time.perf_counter()
     hooks = hooks or {}
-    if agent is None:
-        agent, cfg = _default_agent(params)
+    ps = program_settings(params, agent, cfg)
+    agent, cfg, cfg_dict, sched = ps.agent, ps.cfg, ps.cfg_dict, ps.schedule
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from ...schedule import Schedule, per_vector_step
+    from ...schedule import per_vector_step
     from . import loop as looplib
     from . import seedmesh
 
-    sched = Schedule()
     seeds = list(params["seeds"])
-    rows, every = params["rows"], params["eval_every"]
-    total_steps = rows // NUM_ENVS
-    steps_per_point = every // NUM_ENVS
-    chunk_steps = chunk_steps_for(steps_per_point)
-    chunks_per_point = steps_per_point // chunk_steps
+    rows = params["rows"]
+    total_steps = ps.capacity
+    chunk_steps = ps.chunk_steps
+    chunks_per_point = params["eval_every"] // NUM_ENVS // chunk_steps
     n_chunks = total_steps // chunk_steps
     counts_all = np.asarray(per_vector_step(total_steps, sched), np.int32)
     run_params = {k: params[k] for k in RUN_KEYS}
-    cfg_dict = config_dict(cfg)
     schedule = dict(dataclasses.asdict(sched), ratio=sched.ratio,
                     updates_at_points=[int(counts_all[:p // NUM_ENVS].sum())
                                        for p in paramslib.eval_points(params)],
                     chunk_steps=chunk_steps)
-    seed_batch, mesh, seed_layout, key, ckdir = _layout_and_key(
-        run_params, cfg_dict, agent, seed_batch, len(seeds), work_dir)
+    seed_batch, mesh, layout = seed_layout(seed_batch, len(seeds))
     for s in seeds:   # stale completion markers must not make this run look finished
         records.run_dir(out, "candidate", s).joinpath(records.DONE).unlink(missing_ok=True)
 
     keys = [looplib.seed_keys(s) for s in seeds]
     stacked = seedmesh.put_seeds({k: jnp.stack([kk[k] for kk in keys]) for k in keys[0]}, mesh)
 
-    compiled, carry_shape, compile_s = _compile(
-        agent, cfg, cfg_dict, stacked, sched, capacity=total_steps, chunk_steps=chunk_steps,
-        eval_episodes=params["eval_episodes"], seed_batch=seed_batch, mesh=mesh, key=key,
-        n_seeds=len(seeds))
+    compiled, carry_shape, compile_s, programs = compile_programs(
+        ps, stacked, seed_batch=seed_batch, mesh=mesh, n_seeds=len(seeds),
+        executables=executables)
+    key, ckdir = _checkpoint_key(run_params, cfg_dict, agent, layout, programs, work_dir)
     init_c, chunk_c, point_c = compiled.init, compiled.chunk, compiled.point
 
     carry, host, resumed = _resume_or_start(ckdir, carry_shape, init_c, stacked, mesh, seeds,
@@ -282,7 +325,7 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
         "updates_this_session": ran_updates,
         "seed_updates_per_s": ran_updates * len(seeds) / loop_s if loop_s > 0 else None,
         "resumed_from_rows": resumed, "seeds": len(seeds),
-        "backend": jax.default_backend(), **seed_layout,
+        "backend": jax.default_backend(), **layout, "programs": programs["source"],
     }
     result = {"key": key, "resumed_from_rows": resumed, "records": host["records"],
               "episodes": host["episodes"], "failed": dict(host["failed"]), "timing": timing,
@@ -292,37 +335,87 @@ def run(params: dict, out, work_dir=None, agent=None, cfg=None,
     agent_state = carry["agent"]
     final_params = jax.device_get(looplib.field(agent_state, "params"))
     _write_outputs(Path(out), run_params, cfg_dict, host, final_params, seeds, timing,
-                   argv or {}, schedule, seed_layout)
+                   argv or {}, schedule, layout, programs)
     _log(f"done: {rows} rows, {total_updates} updates per seed, wall {format_duration(wall)}; "
          f"outputs in {out}")
     return result
 
 
-def _layout_and_key(run_params: dict, cfg_dict: dict, agent, seed_batch, n_seeds: int,
-                    work_dir):
-    """``(seed batch, mesh, seed layout, checkpoint key, checkpoint directory)``: the seed
-    layout changes float32 rounding (candidate/runtime/seedmesh.py, seedmap.py), so the
-    seed devices and the resolved seed batch are part of the key."""
-    from . import checkpoint as ckptlib
+def seed_layout(seed_batch, n_seeds: int):
+    """``(seed batch, mesh, seed layout)``: the seed layout changes float32 rounding
+    (candidate/runtime/seedmesh.py, seedmap.py), so the seed devices and the resolved seed
+    batch are part of the checkpoint key."""
     from . import loop as looplib
     from . import seedmesh
 
     seed_batch = looplib.resolve_seed_batch(seed_batch)
     mesh = seedmesh.seed_mesh(n_seeds)
-    seed_layout = {"seed_batch": seed_batch, "seed_devices": 1 if mesh is None else n_seeds}
+    return seed_batch, mesh, {"seed_batch": seed_batch,
+                              "seed_devices": 1 if mesh is None else n_seeds}
+
+
+def _checkpoint_key(run_params: dict, cfg_dict: dict, agent, layout: dict,
+                    programs: dict, work_dir) -> tuple[str, Path]:
+    """``(checkpoint key, checkpoint directory)``.  Programs compiled elsewhere for this
+    device may round otherwise than the ones this process compiles (autotuning,
+    :mod:`.executables`), so their target enters the key; compiled ones add nothing (the
+    keys of earlier runs stay valid)."""
+    from . import checkpoint as ckptlib
+
+    extra = dict(layout)
+    if programs["source"] == "precompiled":
+        extra["programs"] = programs["target"]
     key = ckptlib.run_key(run_params, cfg_dict, getattr(agent, "__name__", str(agent)),
-                          extra=seed_layout, agent_file=getattr(agent, "__file__", None))
-    ckdir = Path(work_dir if work_dir is not None else ckptlib.default_root()) / key
-    return seed_batch, mesh, seed_layout, key, ckdir
+                          extra=extra, agent_file=getattr(agent, "__file__", None))
+    return key, Path(work_dir if work_dir is not None else ckptlib.default_root()) / key
 
 
-def _compile(agent, cfg, cfg_dict: dict, stacked, sched, *, capacity: int, chunk_steps: int,
-             eval_episodes: int, seed_batch, mesh, key: str, n_seeds: int):
-    """The run's three programs, loaded or built (:func:`.program_store.load_or_build`) and
-    compiled for ``stacked`` seed keys: ``(compiled, carry shape, seconds)``."""
+def compile_programs(ps: ProgramSettings, stacked, *, seed_batch, mesh, n_seeds: int,
+                     executables=None):
+    """The run's three programs compiled for ``stacked`` seed keys: loaded from
+    ``executables`` (:mod:`.executables`) when it holds them for this run and device, else
+    loaded or built (:func:`.program_store.load_or_build`) and compiled here.
+
+    Args:
+      ps: the run's :class:`ProgramSettings`.
+      stacked: the seed keys ``{name: uint32[seeds, 2]}`` (laid along ``mesh``).
+      seed_batch, mesh: resolved (:func:`.loop.resolve_seed_batch`, :func:`.seedmesh.seed_mesh`).
+      n_seeds: the seed count.
+      executables: None or the directory of programs compiled in advance.
+
+    Returns ``(compiled, carry shape, seconds, programs)``; ``programs`` is what
+    ``run.json`` records as ``config.programs``: ``{"source": "precompiled", "key",
+    "target"}`` or ``{"source": "compiled", "key"}`` (with ``"why"`` when ``executables``
+    was given but not used).
+
+    Raises:
+      Whatever tracing or compiling raises; an unusable entry of ``executables`` is not
+      raised (the programs are compiled, ``why`` says why).
+    """
+    from . import executables as exelib
     from . import program_store
 
     t0 = time.perf_counter()
+    agent, cfg, cfg_dict, sched = ps.agent, ps.cfg, ps.cfg_dict, ps.schedule
+    capacity, chunk_steps, eval_episodes = ps.capacity, ps.chunk_steps, ps.eval_episodes
+    key, _, _ = program_store.key_for(agent, cfg_dict, capacity, chunk_steps, eval_episodes,
+                                      n_seeds, sched, seed_batch, mesh)
+    programs = {"source": "compiled", "key": key}
+    if executables is not None:
+        try:
+            if mesh is not None:
+                raise exelib.ExecutableStoreError(
+                    f"{key}: compiled programs are for one device; this run lays its "
+                    f"{n_seeds} seeds over {n_seeds} host devices")
+            compiled, carry_shape, info = exelib.load(executables, key)
+            compile_s = time.perf_counter() - t0
+            _log(f"programs loaded in {compile_s:.1f} s from {executables} (compiled for "
+                 f"{info['target'].get('device_kind')}, key {key})")
+            return compiled, carry_shape, compile_s, {
+                "source": "precompiled", "key": key, "target": info["target"]}
+        except exelib.ExecutableStoreError as e:
+            programs["why"] = str(e)
+            _log(f"compiling here: {e}")
     program_store.use_compilation_cache()
     progs, carry_shape, _ = program_store.load_or_build(
         agent, cfg, cfg_dict, capacity=capacity, chunk_steps=chunk_steps,
@@ -333,8 +426,8 @@ def _compile(agent, cfg, cfg_dict: dict, stacked, sched, *, capacity: int, chunk
     _log(f"compiled in {compile_s:.1f} s ({n_seeds} seeds, "
          f"{'one device per seed' if mesh is not None else 'one device'}, "
          f"{'batched' if seed_batch is None else f'train step {seed_batch} seed(s) at a time'}, "
-         f"{chunk_steps} vector steps per chunk, key {key})")
-    return compiled, carry_shape, compile_s
+         f"{chunk_steps} vector steps per chunk, program key {key})")
+    return compiled, carry_shape, compile_s, programs
 
 
 def _resume_or_start(ckdir: Path, carry_shape, init_c, stacked, mesh, seeds: list[int],
@@ -471,6 +564,9 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", choices=CHECKPOINT_POLICIES, default="point",
                     help="write checkpoints at every evaluation point (point, default) or "
                          "only at the deadline (deadline)")
+    ap.add_argument("--executables", default=None, metavar="DIR",
+                    help="programs compiled in advance (python -m dreamer_parity.accel."
+                         "precompile): loaded when DIR holds this run's, else compiled here")
     ap.add_argument("--seed-batch", default="auto", metavar="auto|all|N",
                     help="seeds whose train steps run batched together where seeds share a "
                          "device: auto (default: 1 on CPU, all elsewhere), all, or N "
@@ -490,6 +586,8 @@ def main(argv=None) -> int:
         if args.checkpoint == "deadline" and args.deadline_s is None:
             raise RunParamsError("--checkpoint deadline needs --deadline-s (otherwise no "
                                  "checkpoint is ever written)")
+        if args.executables is not None and not Path(args.executables).is_dir():
+            raise RunParamsError(f"--executables {args.executables}: not a directory")
         if args.work_dir is None:
             from .checkpoint import default_root
             args.work_dir = str(default_root())
@@ -527,9 +625,12 @@ def main(argv=None) -> int:
                        **({"seed_batch": args.seed_batch.strip()}
                           if args.seed_batch.strip() != "auto" else {}),
                        "out": relative_to_roots(args.out, roots),
-                       "work_dir": relative_to_roots(args.work_dir, roots)},
+                       "work_dir": relative_to_roots(args.work_dir, roots),
+                       **({"executables": relative_to_roots(args.executables, roots)}
+                          if args.executables else {})},
                  deadline=None if args.deadline_s is None else started + args.deadline_s,
-                 checkpoint=args.checkpoint, seed_batch=seed_batch)
+                 checkpoint=args.checkpoint, seed_batch=seed_batch,
+                 executables=args.executables)
     return EXIT_DEADLINE if result["stopped"] == "deadline" else 0
 
 
