@@ -142,7 +142,7 @@ tpu-reference: venv
 
 # The run's programs compiled here for the GPU machine's H200, without a GPU
 # (dreamer_parity.accel.precompile): .gpu-programs/ with the GPU call's smoke seed and the
-# round's batches of 8, 16, 24 and 32 seeds (4-5 MiB and 3-7 minutes of two cores each),
+# round's batches of 8, 16, 24 and 32 seeds (23 MiB in all; about 20 minutes of two cores),
 # copied there with .gpu-wheels/; benchmarks/gpu_call.py loads them instead of compiling.
 # The compiler is jax 0.11.2's CUDA plugin, in a Python 3.12 environment of its own
 # (.venv-gpu-compile/: requirements-gpu-cpu312.lock and the plugin, about 400 MB).

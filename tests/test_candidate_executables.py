@@ -2,33 +2,25 @@
 loaded, refused with their reason, and used by a run in place of its own compile, with the
 same records (stand-in agent, CPU; the GPU's compile is the same code with another device)."""
 
-import dataclasses
 import json
 import shutil
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import candidate_stub as stub
 from dreamer_parity import params as paramslib
 from dreamer_parity import records
 from dreamer_parity.accel import precompile
-from dreamer_parity.candidate.runtime import executables, loop, program_store
+from dreamer_parity.candidate.runtime import executables, program_store
 from dreamer_parity.candidate.runtime import run as runlib
+from stub_programs import CAP, CFG, CFG_DICT, CHUNK, EPISODES, assert_same as _same
+from stub_programs import keys as _keys, run_programs as _outputs
 
-CFG = stub.StubConfig()
-CFG_DICT = dataclasses.asdict(CFG)
-CAP, CHUNK, EPISODES = 75, 5, 2
 CPU = {"platform": "cpu", "device_kind": "cpu", "compute_capability": None, "described": False}
 #: One seed (one device: a CPU run of several seeds lays them over host devices instead).
 ONE = paramslib.validate({**paramslib.smoke_params(), "seeds": [0]})
-
-
-def _keys(n):
-    ks = [loop.seed_keys(s) for s in range(n)]
-    return {k: jnp.stack([kk[k] for kk in ks]) for k in ks[0]}
 
 
 def _compiled(tmp_path, n=2):
@@ -37,23 +29,6 @@ def _compiled(tmp_path, n=2):
     with executables.fresh_compiles():
         compiled = program_store.compile_all(progs, _keys(n), shape)
     return compiled, shape, info["key"]
-
-
-def _outputs(progs, n=2):
-    carry = progs.init(_keys(n))
-    for _ in range(13):
-        carry, ep0 = progs.chunk(carry, jnp.zeros((CHUNK,), jnp.int32))
-    carry, ep1 = progs.chunk(carry, jnp.full((CHUNK,), 3, jnp.int32))
-    carry, report = progs.point(carry)
-    return jax.device_get((carry, ep0, ep1, report))
-
-
-def _same(a, b):
-    la, ta = jax.tree.flatten(a)
-    lb, tb = jax.tree.flatten(b)
-    assert ta == tb
-    for x, y in zip(la, lb):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 @pytest.fixture(scope="module")

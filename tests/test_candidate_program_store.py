@@ -5,45 +5,18 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import candidate_stub as stub
 from dreamer_parity.candidate.runtime import loop, program_store
 from dreamer_parity.schedule import Schedule
-
-CFG = stub.StubConfig()
-CFG_DICT = dataclasses.asdict(CFG)
-CAP, CHUNK, EPISODES = 75, 5, 2
-
-
-def _keys(n):
-    ks = [loop.seed_keys(s) for s in range(n)]
-    return {k: jnp.stack([kk[k] for kk in ks]) for k in ks[0]}
+from stub_programs import CAP, CFG, CFG_DICT, CHUNK, EPISODES, assert_same as _same
+from stub_programs import keys as _keys, run_programs as _run_programs
 
 
 def _load(root, n=2, log=None):
     return program_store.load_or_build(stub, CFG, CFG_DICT, CAP, CHUNK, EPISODES, _keys(n),
                                        root=root, log=log)
-
-
-def _run_programs(progs, n=2):
-    """init, 13 chunks without updates (65 rows per env, the replay's first full window),
-    one chunk with 3 updates per vector step, one point; host arrays."""
-    carry = progs.init(_keys(n))
-    for _ in range(13):
-        carry, ep0 = progs.chunk(carry, jnp.zeros((CHUNK,), jnp.int32))
-    carry, ep1 = progs.chunk(carry, jnp.full((CHUNK,), 3, jnp.int32))
-    carry, report = progs.point(carry)
-    return jax.device_get((carry, ep0, ep1, report))
-
-
-def _same(a, b):
-    la, ta = jax.tree.flatten(a)
-    lb, tb = jax.tree.flatten(b)
-    assert ta == tb
-    for x, y in zip(la, lb):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_second_start_loads_from_the_store_and_computes_the_same(tmp_path):

@@ -22,7 +22,8 @@ import os
 import tempfile
 import time
 
-__all__ = ["H200", "h200_target_config", "compile_update", "count_update", "read_thunk_dump",
+__all__ = ["H200", "h200_target_config", "h200_device", "compile_update", "count_update",
+           "read_thunk_dump",
            "project_update_ms", "BATCH", "LENGTH"]
 
 #: The H200 SXM (Hopper GH100, compute capability 9.0), from NVIDIA's public documents: the
@@ -98,6 +99,24 @@ def h200_target_config(spec: dict = H200) -> str:
     return "\n".join(lines) + "\n"
 
 
+def h200_device():
+    """The H200 of :data:`H200` as a device to lower and compile against, without a GPU (the
+    one device of a ``cuda`` topology described by :func:`h200_target_config`).
+
+    Raises:
+      RuntimeError: the CUDA plugin is missing (no ``cuda`` topology).
+    """
+    import jax
+    from jax.experimental import topologies
+    try:
+        topo = topologies.get_topology_desc(platform="cuda", target_config=h200_target_config(),
+                                            topology="1x1x1")
+    except Exception as e:   # jax raises several types for a missing plugin
+        raise RuntimeError(f"no XLA:GPU compiler (install jax-cuda13-plugin and "
+                           f"jax-cuda13-pjrt {jax.__version__}): {str(e).splitlines()[0]}") from e
+    return topo.devices[0]
+
+
 def compile_update(seeds: int, profile: str = "full", precision: str = "highest",
                    options: dict | None = None, agent_options: dict | None = None) -> dict:
     """Compile one train update of ``seeds`` seeds for the H200 (no GPU needed).
@@ -132,7 +151,6 @@ def compile_update(seeds: int, profile: str = "full", precision: str = "highest"
 
     import jax
     import numpy as np
-    from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from dreamer_parity.candidate import agent
@@ -140,14 +158,9 @@ def compile_update(seeds: int, profile: str = "full", precision: str = "highest"
     from dreamer_parity.candidate.runtime import seedmap
     from dreamer_parity.candidate.synthetic import synthetic_batch
 
-    try:
-        topo = topologies.get_topology_desc(platform="cuda", target_config=h200_target_config(),
-                                            topology="1x1x1")
-    except Exception as e:   # jax raises several types for a missing plugin
-        raise RuntimeError(f"no XLA:GPU compiler (install jax-cuda13-plugin and "
-                           f"jax-cuda13-pjrt {jax.__version__}): {str(e).splitlines()[0]}") from e
+    device = h200_device()
     jax.config.update("jax_default_matmul_precision", None if precision == "default" else precision)
-    rep = NamedSharding(Mesh(topo.devices, ("x",)), PartitionSpec())
+    rep = NamedSharding(Mesh(np.array([device]), ("x",)), PartitionSpec())
     # the forms a GPU run traces (this process's own backend is the CPU)
     cfg = AgentConfig.for_profile(profile, **(agent_options or {})).resolved("gpu")
 

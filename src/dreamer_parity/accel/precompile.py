@@ -62,19 +62,10 @@ def target_device(target: str):
                             "compute_capability": None, "described": False}
     if target != "h200":
         raise ValueError(f"--target {target!r}: not one of {TARGETS}")
-    from jax.experimental import topologies
-
-    from dreamer_parity.gpu_kernels import H200, h200_target_config
-    try:
-        topo = topologies.get_topology_desc(platform="cuda", target_config=h200_target_config(),
-                                            topology="1x1x1")
-    except Exception as e:   # jax raises several types for a missing plugin
-        raise RuntimeError(f"no XLA:GPU compiler (install jax-cuda13-plugin and "
-                           f"jax-cuda13-pjrt {jax.__version__}): {str(e).splitlines()[0]}") from e
+    from dreamer_parity.gpu_kernels import H200, h200_device
     major, minor = H200["compute_capability"]
-    return topo.devices[0], "gpu", {"platform": "gpu", "device_kind": H200["name"],
-                                    "compute_capability": f"{major}.{minor}",
-                                    "described": True}
+    return h200_device(), "gpu", {"platform": "gpu", "device_kind": H200["name"],
+                                  "compute_capability": f"{major}.{minor}", "described": True}
 
 
 def build(params: dict, counts: list[int], out: Path, target: str = "h200", log=print,
