@@ -146,7 +146,7 @@ tpu-reference: venv
 # copied there with .gpu-wheels/; benchmarks/gpu_call.py loads them instead of compiling.
 # The compiler is jax 0.11.2's CUDA plugin, in a Python 3.12 environment of its own
 # (.venv-gpu-compile/: requirements-gpu-cpu312.lock and the plugin, about 400 MB).
-GPU_JAX := $(shell sed -n 's/^jax==//p' requirements-gpu-cpu312.lock)
+GPU_JAX = $(shell sed -n 's/^jax==//p' requirements-gpu-cpu312.lock)
 .venv-gpu-compile/.complete: requirements-gpu-cpu312.lock | venv
 	rm -rf .venv-gpu-compile
 	$$($(PY) -c 'from dreamer_parity.reference.setup import find_python; print(find_python("3.12") or "python3.12")') -m venv .venv-gpu-compile
