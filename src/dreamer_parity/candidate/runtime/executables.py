@@ -4,7 +4,8 @@ XLA:GPU compiles the candidate's chunk program in minutes; a GPU machine held fo
 minutes at a time should spend them running seeds.  The programs can be compiled on another
 machine for a GPU it only describes (:mod:`dreamer_parity.accel.precompile`:
 ``jax.experimental.topologies``), serialised here, copied to the GPU machine with the tree and
-loaded there in seconds (``jax.experimental.serialize_executable``).
+loaded there instead of compiled (``jax.experimental.serialize_executable``; on XLA:CPU a
+load takes seconds, on a GPU it is yet to be measured).
 
 An entry is the directory ``<root>/<program key>/`` (:func:`.program_store.key_for`: the code,
 the agent config, the loop's settings, the seed count, jax and jaxlib, the backend, the

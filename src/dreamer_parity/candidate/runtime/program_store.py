@@ -146,7 +146,7 @@ def key_for(agent, cfg_dict: dict, capacity: int, chunk_steps: int, eval_episode
     seed_batch = looplib.resolve_seed_batch(seed_batch, backend)
     devices = 1 if mesh is None else int(mesh.devices.size)
     if mesh is not None and devices != n_seeds:
-        raise ValueError(f"load_or_build: the mesh has {devices} devices for {n_seeds} seeds "
+        raise ValueError(f"programs: the mesh has {devices} devices for {n_seeds} seeds "
                          f"(one device per seed)")
     key = program_key(agent, cfg_dict, capacity, chunk_steps, eval_episodes, n_seeds, s,
                       {**(opts or {}), "init": looplib.init_compiler_options(backend)},
