@@ -569,6 +569,22 @@ def test_console_line_prints_the_gate_statistic(base):
     assert line.startswith(f"gate LATE: {s['gate.verdict']}; LATE: A {s['LATE.A']:.1f}, "), line
 
 
+def test_console_line_of_a_round_without_a_gate_prints_its_headline(repo):
+    """No gate: the line ends with the headline of headline.json, not another statistic."""
+    text = (repo / "params.yaml").read_text()
+    (repo / "params.yaml").write_text(text.replace(
+        "  statistic: late\n  learns: true\n  mean_min:\n  welch_p_min: 0.05\n",
+        "  statistic: none\n  learns: false\n  mean_min:\n  welch_p_min:\n"))
+    rc, out, err, _ = _run(repo, "compare")
+    assert rc == 0, err
+    h = json.loads((repo / "metrics" / "headline.json").read_text())
+    assert h["statistic"] == "LATE" and h["gate"] == "no gate"
+    assert out.strip().splitlines()[-1] == (
+        f"gate none: no gate; LATE: candidate {h['candidate.mean']:.1f}, reference "
+        f"{h['reference.mean']:.1f}, difference {h['diff']:.1f}, 90% interval "
+        f"[{h['ci90.lo']:.1f}, {h['ci90.hi']:.1f}], {h['reading']}; report results/report.md")
+
+
 def test_published_directory_missing_part_of_the_study_candidate_says_which(repo):
     shutil.rmtree(repo / "data" / "published" / "round3" / "ajax" / "s2")
     shutil.rmtree(repo / "data" / "published" / "round3" / "ajax" / "s4")

@@ -119,6 +119,9 @@ def test_exp_run_decode_ref_reads_the_kept_runs(clone):
     assert s["LATE.candidate.mean"] == want["LATE.candidate.mean"]
     assert {s[f"source.candidate.s{d.name[1:]}"] for d in cand} == \
         {"data/runs/round3-candidate-ref"}
+    markers = [json.loads((d / "STAND_IN.json").read_text()) for d in cand]
+    assert {(m["source"], m["named"]) for m in markers} == \
+        {("data/runs/round3-candidate-ref", "data/runs/round3-candidate")}
     make(clone, "head")
     clean(clone)
 

@@ -272,21 +272,46 @@ def test_study_candidate_as_the_candidate_side_gives_the_studys_analysis():
     assert {run.made_by for run in res["sides"]["candidate"]["runs"]} == {"candidate"}
 
 
-def test_candidate_stage_writes_stand_ins_and_runs_nothing(tmp_path):
-    """A candidate side from elsewhere: the stage's runner writes markers, no run, exit 0."""
+def test_candidate_stage_writes_stand_ins_and_runs_nothing(synthetic_root, monkeypatch, capsys):
+    """A candidate side from elsewhere: the stage's runner writes markers, no run, exit 0;
+    a source that is not there is refused in one line, and nothing is written."""
     from dreamer_parity.candidate.runtime import run as cand_run
 
+    monkeypatch.chdir(synthetic_root)
     raw = json.loads(json.dumps(SMALL))
-    raw["candidate"] = {"source": "data/elsewhere"}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(P.validate(raw)))   # complete
-    rc = cand_run.main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"),
-                        "--work-dir", str(tmp_path / "work")])
-    assert rc == 0
+    for src, rc in (("data/elsewhere", 2), ("data/runs/t", 0)):
+        raw["candidate"] = {"source": src}
+        synthetic.write_params(synthetic_root / "params.yaml", raw)
+        assert cand_run.main(["--params", "params.yaml", "--out", "out",
+                              "--work-dir", "work"]) == rc
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: params: candidate.source: data/elsewhere is not a directory (the published "
+        "rounds are data/published/round1, round2 and round3), or set candidate.source: run")
     for s in SMALL["seeds"]:
-        d = tmp_path / "out" / "candidate" / f"s{s}"
+        d = synthetic_root / "out" / "candidate" / f"s{s}"
         assert sorted(x.name for x in d.iterdir()) == ["STAND_IN.json"]
-        assert json.loads((d / "STAND_IN.json").read_text())["source"] == "data/elsewhere"
-    assert not (tmp_path / "work").exists()
+        marker = json.loads((d / "STAND_IN.json").read_text())
+        assert (marker["source"], marker["seed"], "named" in marker) == ("data/runs/t", s, False)
+    assert not (synthetic_root / "work").exists()
+
+
+def test_a_stand_in_names_the_kept_runs_that_stand_in(tmp_path, monkeypatch, capsys):
+    """``-S decode=ref`` with a candidate source made with ``decode: exact``: the stage's
+    marker and line name the kept ``decode: ref`` runs that compare reads, and the source
+    params.yaml names."""
+    from dreamer_parity.candidate.runtime import run as cand_run
+
+    root = _kept_tree(tmp_path, {"exact": "round3-candidate", "ref": "round3-candidate-ref"})
+    monkeypatch.chdir(root)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    assert cand_run.main(["--params", "params.yaml", "--out", "out", "--work-dir", "work",
+                          "--set", "seeds=[0]", "--set", "decode=ref",
+                          "--set", "candidate.source=data/runs/exact"]) == 0
+    marker = json.loads((root / "out" / "candidate" / "s0" / "STAND_IN.json").read_text())
+    assert (marker["source"], marker["named"]) == ("data/runs/ref", "data/runs/exact")
+    assert capsys.readouterr().err.strip().endswith(
+        "candidate.source: seed 0 comes from data/runs/ref in place of data/runs/exact, whose "
+        "runs were made with other parameters than the round's; nothing runs here")
 
 
 def _set_backend(run_dir: Path, platform: str, precision) -> None:
@@ -378,19 +403,19 @@ def test_each_side_resolves_its_own_seeds(unequal_root):
                                  "reference.source": "data/runs/t/reference"}), unequal_root)
 
 
-def test_candidate_stage_takes_the_candidates_own_seeds(tmp_path):
+def test_candidate_stage_takes_the_candidates_own_seeds(unequal_root, monkeypatch):
     """The candidate stage's runner writes a stand-in for each candidate seed (7), none
     for a seed of the reference side only."""
     from dreamer_parity.candidate.runtime import run as cand_run
 
+    monkeypatch.chdir(unequal_root)
     raw = json.loads(json.dumps(SMALL))
     raw["seeds"] = [0, 1, 8]
-    raw["candidate"] = {"source": "data/elsewhere", "seeds": [6, 5, 4, 3, 2, 1, 0]}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(P.validate(raw)))   # complete
-    rc = cand_run.main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"),
-                        "--work-dir", str(tmp_path / "work")])
+    raw["candidate"] = {"source": "data/runs/t/candidate", "seeds": [6, 5, 4, 3, 2, 1, 0]}
+    synthetic.write_params(unequal_root / "params.yaml", raw)
+    rc = cand_run.main(["--params", "params.yaml", "--out", "out", "--work-dir", "work"])
     assert rc == 0
-    assert sorted(d.name for d in (tmp_path / "out" / "candidate").iterdir()) == \
+    assert sorted(d.name for d in (unequal_root / "out" / "candidate").iterdir()) == \
         [f"s{k}" for k in range(7)]
 
 
@@ -399,7 +424,8 @@ def test_reference_stage_refuses_a_seed_of_the_candidate_only(tmp_path, monkeypa
 
     raw = json.loads(json.dumps(SMALL))
     raw["candidate"] = {"source": "run", "seeds": [0, 1, 2, 5]}
-    raw["reference"] = {"source": "data/elsewhere"}
+    raw["reference"] = {"source": "data/runs/t"}
+    synthetic.write_round(tmp_path / "data" / "runs" / "t", _small(), manifest=True)
     synthetic.write_params(tmp_path / "params.yaml", raw)
     monkeypatch.chdir(tmp_path)
     assert pipeline.main(["reference", "--seed", "5", "--out", "results/reference/s5"]) == 2
@@ -407,7 +433,8 @@ def test_reference_stage_refuses_a_seed_of_the_candidate_only(tmp_path, monkeypa
         "error: params: seeds: seed 5 is not a reference seed [0, 1, 2]"
     assert not (tmp_path / "results").exists()
     assert pipeline.main(["reference", "--seed", "2", "--out", "results/reference/s2"]) == 0
-    assert json.loads((tmp_path / "results/reference/s2/STAND_IN.json").read_text())["seed"] == 2
+    marker = json.loads((tmp_path / "results/reference/s2/STAND_IN.json").read_text())
+    assert (marker["seed"], marker["source"]) == (2, "data/runs/t")
 
 
 def test_platform_parts_of_a_pooled_side_with_unequal_seed_lists(unequal_root, monkeypatch):

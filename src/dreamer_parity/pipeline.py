@@ -24,7 +24,8 @@ is validated, so a seed written ``1.0`` there is refused naming params.yaml.
 ``reference``
     A seed whose reference source is ``run``: :func:`dreamer_parity.reference.launch.launch`.
     Any other source: the runs stand in for the seed, nothing runs, and the stage writes
-    ``DIR/STAND_IN.json`` (:func:`dreamer_parity.sides.write_stand_in`; no ``DONE.json``).
+    ``DIR/STAND_IN.json`` (:func:`dreamer_parity.sides.write_stand_in`; no ``DONE.json``)
+    naming the runs :func:`dreamer_parity.sides.resolve` reads for the seed.
 
 ``compare``
     :func:`dreamer_parity.analysis.compare.run_round` on the sides that
@@ -90,8 +91,12 @@ def _cmd_reference(a) -> int:
     if where[a.seed] == "run":
         from dreamer_parity.reference import launch
         return launch.launch(round_, a.seed, a.out)
-    sides.write_stand_in(a.out, "reference", a.seed, where[a.seed])
-    print(f"reference.source: seed {a.seed} comes from {where[a.seed]}; nothing runs here")
+    try:        # the runs sides.resolve reads for this seed (the one decision)
+        entry = sides.stand_ins(round_, "reference")[a.seed]
+    except (sides.SideError, P.ParamsError, records.RecordError) as e:
+        raise pf.PreflightError(str(e)) from None
+    sides.write_stand_in(a.out, "reference", a.seed, entry.source, where[a.seed])
+    print(sides.stand_in_line("reference", entry, where[a.seed]))
     return 0
 
 

@@ -59,7 +59,8 @@ from dreamer_parity import records
 from dreamer_parity.round_spec import Round
 
 __all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir",
-           "RESULTS", "locate", "write_stand_in", "STAND_IN", "published_round_dir",
+           "RESULTS", "locate", "write_stand_in", "stand_ins", "stand_in_line", "STAND_IN",
+           "published_round_dir",
            "KEPT_RUNS", "disagreements", "matching_kept_runs", "kept_runs_hint"]
 
 #: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
@@ -124,20 +125,50 @@ class Side:
         return out
 
 
-def write_stand_in(directory, side: str, seed: int, source: str) -> Path:
+def write_stand_in(directory, side: str, seed: int, source: str,
+                   named: str | None = None) -> Path:
     """Write ``<directory>/STAND_IN.json`` for a seed whose runs come from ``source``.
 
     The stage of ``side`` runs nothing for that seed; the directory holds no
-    ``DONE.json``, so no reader takes it for a run.  Returns the marker's path.
+    ``DONE.json``, so no reader takes it for a run.  ``named`` is the source params.yaml
+    names, recorded when it differs from ``source`` (:func:`resolve` took the kept runs made
+    with the round's parameters instead).  Returns the marker's path.
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = d / STAND_IN
-    records.write_json(path, {
-        "side": side, "seed": int(seed), "source": source,
-        "note": f"{side}.source names runs made elsewhere: they stand in for this seed and "
-                f"nothing was run here (no DONE.json: this is not a run; docs/SIDES.md)"})
+    info = {"side": side, "seed": int(seed), "source": source}
+    if named is not None and named != source:
+        info["named"] = named
+    info["note"] = (f"{side}.source names runs made elsewhere: they stand in for this seed and "
+                    f"nothing was run here (no DONE.json: this is not a run; docs/SIDES.md)")
+    records.write_json(path, info)
     return path
+
+
+def stand_ins(round_: Round, side: str, root: str | Path = ".") -> dict[int, SeedSource]:
+    """The seeds of ``side`` that its stage does not run, each with the source
+    :func:`resolve` reads it from (what :func:`write_stand_in` records).
+
+    Returns:
+      ``{seed: SeedSource}``, ascending; empty when every seed of the side runs here (then
+      nothing is resolved or read).
+
+    Raises:
+      as :func:`resolve`, for that side only.
+    """
+    if not [s for s, o in round_.side(side).origins().items() if o != "run"]:
+        return {}
+    return {e.seed: e for e in resolve(round_, root, sides=(side,))[side].seeds
+            if e.source != "run"}
+
+
+def stand_in_line(side: str, entry: SeedSource, named: str) -> str:
+    """The one line a stage prints for a stand-in seed: where it comes from, and the source
+    params.yaml names where :func:`resolve` took other kept runs instead."""
+    why = "" if named == entry.source else (
+        f" in place of {named}, whose runs were made with other parameters than the round's")
+    return f"{side}.source: seed {entry.seed} comes from {entry.source}{why}; nothing runs here"
 
 
 def _is_records_run(p: Path) -> bool:

@@ -219,9 +219,9 @@ def study_candidate(round_: Round, reference_side: dict, points: list[int]) -> d
 
 
 def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None,
-                  notes: list[str] | None = None, figures: bool = True) -> None:
+                  notes: list[str] | None = None, figures: bool = True) -> dict:
     """Write summary.json, headline.json, the plot CSVs, the PNG figures and the report
-    (atomically)."""
+    (atomically); returns the headline (:func:`dreamer_parity.analysis.metrics_out.headline`)."""
     from dreamer_parity.analysis import metrics_out, report
     from dreamer_parity.analysis import windows
     s = metrics_out.write_summary(result, Path(metrics_dir) / "summary.json")
@@ -236,6 +236,7 @@ def write_outputs(result: dict, metrics_dir, plots_dir, report_path, prereg=None
         plots.write_figures(result, Path(plots_dir))
     report.write_report(result, Path(report_path), prereg=prereg, notes=notes or [],
                         plots_dir=Path(plots_dir))
+    return metrics_out.headline(s)
 
 
 def run_round(round_: Round, root: str | Path = ".", metrics_dir="metrics",
@@ -265,7 +266,7 @@ def run_round(round_: Round, root: str | Path = ".", metrics_dir="metrics",
             sides_mod.SideError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    write_outputs(result, metrics_dir, plots_dir, report, prereg=prereg)
+    head = write_outputs(result, metrics_dir, plots_dir, report, prereg=prereg)
     # Replaced only after the analysis wrote its outputs: a refusal above (exit 2) leaves
     # every output as it was, this file included.
     records.write_json(Path(metrics_dir) / "train_last_window.json",
@@ -274,9 +275,13 @@ def run_round(round_: Round, root: str | Path = ".", metrics_dir="metrics",
     for c in result["checks"]:
         if c.status == "FLAG":
             print(f"flag: {c.line()}", file=sys.stderr)
-    stat = result["gate"]["statistic"] or "s1"
-    line = (gate_mod.console_line(result["gate"], (result.get(stat) or {}).get("decision"))
-            + f"; report {display_path(report)}")
+    stat = result["gate"]["statistic"]
+    if stat:          # the gate's statistic and its decision
+        line = gate_mod.console_line(result["gate"], (result.get(stat) or {}).get("decision"))
+    else:             # no gate: the round's headline numbers
+        from dreamer_parity.analysis import metrics_out
+        line = gate_mod.console_line(result["gate"], None) + "; " + metrics_out.headline_line(head)
+    line += f"; report {display_path(report)}"
     if failed:
         print(f"{len(failed)} check(s) failed:", file=sys.stderr)
         for c in failed:

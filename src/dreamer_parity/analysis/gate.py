@@ -245,8 +245,9 @@ def console_line(gate: dict, decision: dict | None) -> str:
 
     Args:
       gate: :func:`evaluate`'s dict.
-      decision: the decision on the gate's statistic (``result[stat]["decision"]``), or
-        the S1 decision for a round without a gate; None when not computed.
+      decision: the decision on the gate's statistic (``result[stat]["decision"]``);
+        None when not computed, and for a round without a gate (whose line ``compare``
+        ends with the headline, :func:`dreamer_parity.analysis.metrics_out.headline_line`).
     """
     name = (gate["statistic"] or "s1").upper()
     text = f"gate {gate['statistic'].upper() if gate['statistic'] else 'none'}: " \

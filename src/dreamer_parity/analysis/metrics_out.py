@@ -47,7 +47,8 @@ import pandas as pd
 from dreamer_parity import records
 from dreamer_parity.analysis import stats
 
-__all__ = ["summary", "write_summary", "headline", "HEADLINE_KEYS", "missing_reasons", "write_plot_data", "eval_curve_frame", "entropy_frame",
+__all__ = ["summary", "write_summary", "headline", "headline_line", "HEADLINE_KEYS",
+           "missing_reasons", "write_plot_data", "eval_curve_frame", "entropy_frame",
            "atomic_text", "source_rows", "source_keys", "platform_parts", "platform_text",
            "seed_ranges"]
 
@@ -361,6 +362,17 @@ def headline(s: dict) -> dict:
             "ci90.lo": s.get("addition.tost.ci_lo"), "ci90.hi": s.get("addition.tost.ci_hi"),
             "welch_p": s.get(f"{stat}.welch_p"), "gate": s.get("gate.verdict") or "no gate",
             "reading": s.get("addition.tost.reading")}
+
+
+def headline_line(h: dict) -> str:
+    """:func:`headline`'s numbers in one line, e.g. ``LATE: candidate 262.3, reference
+    309.3, difference -46.9, 90% interval [-83.5, -10.3], deficit``; a value the summary
+    does not hold reads ``-``."""
+    def f(key, fmt=".1f"):
+        return "-" if h.get(key) is None else format(h[key], fmt)
+    return (f"{h['statistic']}: candidate {f('candidate.mean')}, reference "
+            f"{f('reference.mean')}, difference {f('diff')}, 90% interval "
+            f"[{f('ci90.lo')}, {f('ci90.hi')}], {h.get('reading') or '-'}")
 
 
 def eval_curve_frame(result: dict) -> pd.DataFrame:

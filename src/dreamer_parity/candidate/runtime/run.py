@@ -59,6 +59,7 @@ from pathlib import Path
 
 from ... import params as paramslib
 from ... import records
+from ... import sides
 from ...schedule import format_duration
 
 __all__ = ["main", "run", "RunParamsError", "chunk_steps_for", "parse_seed_batch",
@@ -595,20 +596,21 @@ def main(argv=None) -> int:
         if out == work or out in work.parents:
             raise RunParamsError(f"--work-dir {args.work_dir} must not lie inside --out "
                                  f"{args.out} (DVC deletes stage outputs before a run)")
+        # seeds whose candidate source is not `run` come from elsewhere: a stand-in marker
+        # each (docs/SIDES.md), naming the runs sides.resolve reads for it (the one decision)
+        elsewhere = sides.stand_ins(round_, "candidate")
     except FileNotFoundError as e:
         print(f"error: params file not found: {e.filename}", file=sys.stderr)
         return 2
-    except (paramslib.ParamsError, RunParamsError, PinError) as e:
+    except (paramslib.ParamsError, RunParamsError, PinError, sides.SideError,
+            records.RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    # seeds whose candidate source is not `run` come from elsewhere: a stand-in marker each
-    # (docs/SIDES.md); the decision is the round's alone (round_spec.RoundSide)
-    from ... import sides
-    for seed, src in round_.candidate.origins().items():
-        if src != "run":
-            sides.write_stand_in(records.run_dir(args.out, "candidate", seed), "candidate",
-                                 seed, src)
-            _log(f"candidate.source: seed {seed} comes from {src}; nothing runs here")
+    named = round_.candidate.origins()
+    for seed, entry in elsewhere.items():
+        sides.write_stand_in(records.run_dir(args.out, "candidate", seed), "candidate",
+                             seed, entry.source, named[seed])
+        _log(sides.stand_in_line("candidate", entry, named[seed]))
     here = round_.candidate.runs_here()
     if not here:
         return 0
