@@ -365,9 +365,20 @@ def headline(s: dict) -> dict:
 
 
 def headline_line(h: dict) -> str:
-    """:func:`headline`'s numbers in one line, e.g. ``LATE: candidate 262.3, reference
-    309.3, difference -46.9, 90% interval [-83.5, -10.3], deficit``; a value the summary
-    does not hold reads ``-``."""
+    """:func:`headline`'s numbers in one line (``compare``'s line for a round without a
+    gate).
+
+    Args:
+      h: :func:`headline`'s dict (means, difference and interval in evaluation-return
+        units, float or None).
+
+    Returns:
+      e.g. ``LATE: candidate 262.3, reference 309.3, difference -46.9, 90% interval
+      [-83.5, -10.3], deficit``, one decimal; a value the summary does not hold reads ``-``.
+
+    Raises:
+      KeyError: ``h`` has no ``statistic``.
+    """
     def f(key, fmt=".1f"):
         return "-" if h.get(key) is None else format(h[key], fmt)
     return (f"{h['statistic']}: candidate {f('candidate.mean')}, reference "
