@@ -5,7 +5,7 @@ On the GPU machine (Python 3.12 with jax 0.11.2 and its CUDA 13 plugin: version 
 ``.gpu-programs/`` (``make gpu-programs`` here: the run's programs compiled for the H200)
 copied there beside the working tree (docs/CANDIDATE.md#gpu)::
 
-    python3 benchmarks/gpu_call.py --out <dir brought back> --deadline-s 540 --first-seed 50
+    python3 benchmarks/gpu_call.py --out <output dir> --deadline-s 540 --first-seed 50
 
 The phases, in order; ``<out>/gpu_call.json`` is rewritten (atomically) after each, and each
 runs in a child process (one process at a time holds the GPU):

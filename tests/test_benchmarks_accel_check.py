@@ -322,3 +322,14 @@ def test_device_env_installs_what_the_program_store_needs_at_the_lock_s_versions
                        cwd=REPO, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [f"{n}=={pins[n]}" for n in names]
+
+
+def test_device_env_refuses_without_the_machine_s_index_before_writing(tmp_path):
+    # the package index is the machine's, named by PIP_INDEX_URL; without it nothing is made
+    env = {k: v for k, v in os.environ.items() if k != "PIP_INDEX_URL"}
+    env["HOME"] = str(tmp_path)
+    r = subprocess.run(["bash", "-c", ". benchmarks/device_env.sh; echo rc=$?"], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == "rc=1"
+    assert r.stderr == "device_env: PIP_INDEX_URL: unset (the machine's package index)\n"
+    assert list(tmp_path.iterdir()) == []

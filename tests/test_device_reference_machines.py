@@ -33,7 +33,7 @@ def test_each_machine_has_its_reference_environment_platform_and_folder():
     tpu = dev.device_params(7)
     assert (tpu["reference"]["jax"], tpu["reference"]["platform"]) == ("0.10.2", "tpu")
     assert dev.DEFAULT_MACHINE == "tpu-v5e"
-    assert {n: (m["python"], m["carry"], m["make"]) for n, m in dev.MACHINES.items()} == {
+    assert {n: (m["python"], m["prepared"], m["make"]) for n, m in dev.MACHINES.items()} == {
         "tpu-v5e": ("3.11", ".tpu-ref", "tpu-reference"),
         "gpu-h200": ("3.12", ".gpu-ref", "gpu-reference")}
     # the machine's environment is the one its version set names
@@ -93,4 +93,12 @@ def test_an_unknown_machine_or_a_bad_pair_is_refused_before_anything(tmp_path):
                         "reference.jax=0.10.2"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and r.stderr.startswith(
         "error: params: reference.platform: gpu needs reference.jax 0.11.2")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_seed_without_out_dir_is_refused_even_with_OUT_set(tmp_path, capsys, monkeypatch):
+    # the output folder is an argument of the command only, never taken from the environment
+    monkeypatch.setenv("OUT", str(tmp_path / "o"))
+    assert dev.main(["--seed", "0", "--name", "a"]) == 2
+    assert capsys.readouterr().err == "error: --seed, --name and --out-dir are needed\n"
     assert list(tmp_path.iterdir()) == []

@@ -156,16 +156,17 @@ def start_in_background(background, tmp_path_factory):
     except (rs.SetupError, pytest.skip.Exception):
         return
     base = tmp_path_factory.mktemp("jax010")
-    carry = base / "carry"
-    rs.export(carry, source, log=lambda m: None)
+    prepared = base / "prepared"
+    rs.export(prepared, source, log=lambda m: None)
     root = base / "root"
     root.mkdir()
     shared = rs.jaxcache_dir(rs.default_root(), "0.10.2")   # the environment's warm cache
     shared.mkdir(parents=True, exist_ok=True)
     (root / shared.name).symlink_to(shared)
     out = base / "out"
-    cmd = [sys.executable, *SCRIPT, "--seed", "0", "--name", "cpu-s0", "--carry", str(carry),
-           "--root", str(root), "--work", str(base / "work"), "--out-dir", str(out),
+    cmd = [sys.executable, *SCRIPT, "--seed", "0", "--name", "cpu-s0",
+           "--prepared", str(prepared), "--root", str(root), "--work", str(base / "work"),
+           "--out-dir", str(out),
            "--interpreter", str(info["python"]), "--set", "reference.precision=highest",
            *(x for s in SMOKE_SETS for x in ("--set", s))]
     background.submit("reference-jax010-device", lambda: (

@@ -36,13 +36,13 @@ def start_in_background(background, tmp_path_factory):
     except (rs.SetupError, pytest.skip.Exception):
         return
     base = tmp_path_factory.mktemp("jax011")
-    rs.export(base / "carry", source, log=lambda m: None)
+    rs.export(base / "prepared", source, log=lambda m: None)
     (base / "root").mkdir()
     shared = rs.jaxcache_dir(rs.default_root(), JAX)     # the environment's warm cache
     shared.mkdir(parents=True, exist_ok=True)
     (base / "root" / shared.name).symlink_to(shared)
-    cmd = [sys.executable, *SCRIPT, "--seed", "0", "--name", "cpu-s0", "--carry",
-           str(base / "carry"), "--root", str(base / "root"), "--work", str(base / "work"),
+    cmd = [sys.executable, *SCRIPT, "--seed", "0", "--name", "cpu-s0", "--prepared",
+           str(base / "prepared"), "--root", str(base / "root"), "--work", str(base / "work"),
            "--out-dir", str(base / "out"), "--interpreter", str(info["python"]),
            *(x for s in [f"reference.jax={JAX}", "reference.precision=highest",
                                 *EVAL_ONLY_SETS]

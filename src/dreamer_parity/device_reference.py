@@ -25,15 +25,15 @@ lacks for the reference:
 
 **There** (the machine's own ``python3``)::
 
-    PYTHONPATH=src python3 -m dreamer_parity.device_reference [--machine M] --seed S --name NAME
+    PYTHONPATH=src python3 -m dreamer_parity.device_reference [--machine M] --seed S --name NAME --out-dir DIR
 
 in one command, with the prepared folder beside the checkout:
 
 1. installs the wheels into ``--site`` (``site`` in the temporary directory; ``pip --no-index --no-deps
    --target``), put at the end of ``PYTHONPATH`` so that the machine's own jax stays first
-   (skipped when that folder already holds them: a warm machine);
+   (skipped when that folder already holds them from an earlier seed on the same machine);
 2. sets the reference up under ``--root`` (default as ``reference.setup``: the per-user
-   cache in ``$HOME``, so its compilation cache serves the next call on a warm machine) from
+   cache in ``$HOME``, so its compilation cache serves the next seed on the same machine) from
    the export, with this interpreter as the reference's (``DREAMER_PARITY_REF_INTERPRETER``):
    no venv is made;
 3. writes the round's parameters (:func:`device_params`: round 3's protocol, 24,000 rows,
@@ -45,7 +45,7 @@ in one command, with the prepared folder beside the checkout:
    (``environment.device_kind``) and on a GPU its model, driver and autotuning level
    (``provenance.gpu``);
 4. on success (``DONE.json`` status ok) writes ``NAME.tar.gz`` into ``--out-dir``
-   (default: the ``OUT`` environment variable; :func:`dreamer_parity.archive.pack`: ``reference/s<S>/`` with ``records.jsonl``,
+   (:func:`dreamer_parity.archive.pack`: ``reference/s<S>/`` with ``records.jsonl``,
    ``episodes.jsonl``, ``run.json``, ``timing.json`` and ``DONE.json``; no ``params.npz``),
    written under a temporary name and renamed when complete: a command cut before that leaves
    no archive, and an unfinished run never has a ``DONE.json``.  ``NAME.log`` there holds
@@ -86,15 +86,15 @@ TMP = Path(tempfile.gettempdir())
 #: lock the wheels come from), ``python`` (the CPython of its wheels), ``platform``
 #: (``reference.platform``), what its image holds (``preinstalled``: names, at
 #: ``image_lock``'s versions; None: the lines of ``image_lock`` without a mark, the image's
-#: own packages), ``carry`` (the prepared folder, relative to the repository) and ``make``
+#: own packages), ``prepared`` (the prepared folder, relative to the repository) and ``make``
 #: (the target that prepares it).  The TPU machine's set was measured there
 #: (docs/REFERENCE_RUN.md); the GPU machine's is ``requirements-gpu-cpu312.lock``'s image.
 MACHINES = {
     "tpu-v5e": {"jax": "0.10.2", "python": "3.11", "platform": "tpu",
                 "preinstalled": ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum"),
-                "image_lock": "requirements.lock", "carry": ".tpu-ref", "make": "tpu-reference"},
+                "image_lock": "requirements.lock", "prepared": ".tpu-ref", "make": "tpu-reference"},
     "gpu-h200": {"jax": "0.11.2", "python": "3.12", "platform": "gpu", "preinstalled": None,
-                 "image_lock": wheelsets.GPU_LOCK, "carry": ".gpu-ref", "make": "gpu-reference"},
+                 "image_lock": wheelsets.GPU_LOCK, "prepared": ".gpu-ref", "make": "gpu-reference"},
 }
 DEFAULT_MACHINE = "tpu-v5e"
 #: Besides the reference's lock: what the pipeline's own side needs there (params.load), at
@@ -166,8 +166,8 @@ def image_differences(name: str = DEFAULT_MACHINE) -> dict[str, dict[str, str]]:
             if n in need and need[n] != held[n]}
 
 
-def prepare(carry, source=None, name: str = DEFAULT_MACHINE) -> dict:
-    """Fill ``carry`` for machine ``name`` (module doc: the wheels of :func:`wanted_wheels`
+def prepare(folder, source=None, name: str = DEFAULT_MACHINE) -> dict:
+    """Fill ``folder`` for machine ``name`` (module doc: the wheels of :func:`wanted_wheels`
     for its CPython, then the export).
 
     Returns:
@@ -178,10 +178,10 @@ def prepare(carry, source=None, name: str = DEFAULT_MACHINE) -> dict:
       ValueError: an unknown machine; RuntimeError: pip's last line;
       reference.setup.SetupError: the export failed.
     """
-    carry, m = Path(carry), machine(name)
-    wheels = wheel_helper.download(wanted_wheels(name), carry / "wheels",
+    folder, m = Path(folder), machine(name)
+    wheels = wheel_helper.download(wanted_wheels(name), folder / "wheels",
                                    python_version=m["python"])
-    exported = ref_setup.export(carry, source, log=lambda msg: None)
+    exported = ref_setup.export(folder, source, log=lambda msg: None)
     mib = lambda n: round(n / 2**20, 2)  # noqa: E731
     return {"machine": name, "wheels": [w.name for w in wheels],
             "wheels_mib": mib(sum(w.stat().st_size for w in wheels)),
@@ -319,9 +319,9 @@ def _parser() -> argparse.ArgumentParser:
                          "(default: $DREAMER_PARITY_REF_SOURCE or the set-up checkout)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--name", default=None, help="the archive's name: NAME.tar.gz in --out-dir")
-    ap.add_argument("--carry", default=None,
+    ap.add_argument("--prepared", default=None,
                     help="the prepared folder (wheels/ and the export; default the machine's: "
-                         + ", ".join(f"{m['carry']} for {n}" for n, m in MACHINES.items()) + ")")
+                         + ", ".join(f"{m['prepared']} for {n}" for n, m in MACHINES.items()) + ")")
     ap.add_argument("--site", default=str(TMP / "site"),
                     help="where the wheels are installed (default: site in the temporary directory)")
     ap.add_argument("--root", default=None, help="reference set-up root (default as "
@@ -329,16 +329,15 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--work", default=None,
                     help="where the run is made (default: device-reference/NAME in the "
                          "temporary directory)")
-    ap.add_argument("--out-dir", default=os.environ.get("OUT"),
-                    help="where the archive and the log go (default: the OUT environment "
-                         "variable)")
+    ap.add_argument("--out-dir", default=None,
+                    help="where the archive and the log go (made if missing)")
     ap.add_argument("--interpreter", default=sys.executable,
                     help="the reference's interpreter (default this one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change a parameter (e.g. reference.platform=cpu, profile=smoke)")
     ap.add_argument("--with-heads", action="store_true",
-                    help="also bring back the two-hot heads' output layers of the final "
-                         "parameters as NAME.heads.npz (for measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py)")
+                    help="also write the two-hot heads' output layers of the final "
+                         "parameters as NAME.heads.npz in --out-dir (for measurements/2026-12-07-reference-cpu-mirror/twohot_mirror.py)")
     return ap
 
 
@@ -357,8 +356,7 @@ def main(argv=None) -> int:
               f"lock: {differs}; copy {Path(a.prepare).name}/ with the working tree")
         return 0
     if a.seed is None or a.name is None or not a.out_dir:
-        print("error: --seed, --name and --out-dir (or the OUT environment variable) are "
-              "needed", file=sys.stderr)
+        print("error: --seed, --name and --out-dir are needed", file=sys.stderr)
         return 2
     if a.seed < 0 or not NAME_PATTERN.fullmatch(a.name):
         print(f"error: --seed must be non-negative and --name letters, digits, '.', '_', '-' "
@@ -374,21 +372,21 @@ def main(argv=None) -> int:
     log = _Log(out_dir / f"{a.name}.log")
     work = Path(a.work) if a.work else TMP / "device-reference" / a.name
     run_dir = records.run_dir(work / "results", "reference", a.seed)
-    carry = Path(a.carry) if a.carry else REPO / MACHINES[a.machine]["carry"]
+    prepared = Path(a.prepared) if a.prepared else REPO / MACHINES[a.machine]["prepared"]
     site = Path(a.site)
     t0 = time.time()
     env = dict(os.environ)
     try:
-        did = _install(carry / "wheels", site, MACHINES[a.machine]["make"])
+        did = _install(prepared / "wheels", site, MACHINES[a.machine]["make"])
         log(f"[device] {did} ({time.time() - t0:.1f} s)")
     except RuntimeError as e:
         log(f"[device] error: {e}")
         return 2
     path = [str(REPO / "src")] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
-    if (carry / "wheels").is_dir():
+    if (prepared / "wheels").is_dir():
         path.append(str(site))          # last: the machine's own jax stays first
     env.update({"PYTHONPATH": os.pathsep.join(path), "PYTHONUNBUFFERED": "1",
-                "DREAMER_PARITY_REF_SOURCE": str(carry),
+                "DREAMER_PARITY_REF_SOURCE": str(prepared),
                 ref_setup.INTERPRETER_ENV: a.interpreter})
     if a.root:
         env["DREAMER_PARITY_REF_ROOT"] = a.root

@@ -159,6 +159,8 @@ def quote(value, limit: int = QUOTE_CHARS, plain: bool = False) -> str:
 
 @dataclass(frozen=True)
 class Field:
+    """One declared key of params.yaml: its type, default, allowed values (empty: any) and meaning."""
+
     type: str            # int, float, str, bool, int_list, int_pair_or_empty, source
     default: Any
     choices: tuple = ()

@@ -89,7 +89,7 @@ def download(pins: dict[str, str], dest, python_version: str = "3.11") -> list[P
 def install(files, target) -> str:
     """Install the wheel ``files`` into the folder ``target`` (``pip install --no-index
     --no-deps --upgrade --target``, isolated from pip's configuration), unless a stamp
-    there says this set of wheels is installed already (a warm machine).  Returns what
+    there says this set of wheels is installed already (by an earlier call).  Returns what
     was done, one line.
 
     Raises:
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dreamer_parity.wheels",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ins = sub.add_parser("install", help="install carried wheels into a folder")
+    ins = sub.add_parser("install", help="install wheel files into a folder")
     ins.add_argument("--target", required=True)
     ins.add_argument("wheels", nargs="+")
     a = ap.parse_args(argv)

@@ -113,6 +113,8 @@ def scale_by_agc(clip: float = 0.3, pmin: float = 1e-3,
 
 
 class RmsState(NamedTuple):
+    """State of `scale_by_rms`: the update count and the EMA of squared updates (jaxutils.py:677-692)."""
+
     step: jnp.ndarray  # i32 scalar, updates done by this transformation
     nu: optax.Updates  # EMA of squared updates
 
@@ -135,8 +137,10 @@ def scale_by_rms(beta: float = 0.999, eps: float = 1e-20) -> optax.GradientTrans
 
 
 class MomentumState(NamedTuple):
-    step: jnp.ndarray  # i32 scalar
-    mu: optax.Updates
+    """State of `scale_by_momentum`: the update count and the EMA of updates (jaxutils.py:695-713)."""
+
+    step: jnp.ndarray  # i32 scalar, updates done by this transformation
+    mu: optax.Updates  # EMA of updates
 
 
 def scale_by_momentum(beta: float = 0.9) -> optax.GradientTransformation:
