@@ -99,8 +99,6 @@ def _hashes(root: Path, skip=()) -> dict:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    if not (ROUND3 / "ref_s4" / "evals.jsonl").is_file():
-        pytest.skip("data/published/round3 not present (make published)")
     root = tmp_path_factory.mktemp("repo")
     (root / "params.yaml").write_text(PARAMS_TEXT)
     (root / "docs" / "rounds").mkdir(parents=True)

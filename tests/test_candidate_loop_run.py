@@ -286,7 +286,6 @@ def test_seed_batch_reaches_the_programs_and_keys_the_checkpoint(tmp, run_a):
 @pytest.mark.slow
 def test_real_agent_smoke_run(tmp):
     """The real agent at the smoke profile: 81 updates, finite metrics, deterministic."""
-    pytest.importorskip("dreamer_parity.candidate.agent")
     outs = []
     for name in ("real1", "real2"):
         out = tmp / name / "out"

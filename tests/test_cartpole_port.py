@@ -10,10 +10,8 @@ import types
 import numpy as np
 import pytest
 
-pytest.importorskip("gymnax", reason="gymnax missing: run `make setup`")
-
-from dreamer_parity import cartpole_port, port_check  # noqa: E402
-from dreamer_parity.cartpole_port import (  # noqa: E402
+from dreamer_parity import cartpole_port, port_check
+from dreamer_parity.cartpole_port import (
     PARAMS, CartPolePort, StepAfterLastError, make_embodied_env)
 
 
@@ -115,7 +113,9 @@ def test_rows_per_episode_and_recorder():
         assert rows[last]["is_terminal"]                    # random play: the pole falls
         assert rec[ep] == {"worker": 3, "row_last": last, "length": length,
                            "score": float(length), "terminal": True}
-        assert firsts[ep + 1] == last + 1 if ep + 1 < len(firsts) else True
+    # each episode after the first starts on the row after the previous one's last
+    assert len(firsts) in (len(lasts), len(lasts) + 1)
+    assert firsts[1:] == [last + 1 for last in lasts][:len(firsts) - 1]
 
 
 def test_step_after_last_raises():

@@ -28,13 +28,12 @@ from dreamer_parity.accel import wheelsets
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements-gpu-cpu312.lock"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dreamer-parity"
-#: The candidate's tests run under Python 3.12; the reference's comparisons (they need its own
-#: venv) and the slowest gradient checks (the same code, run by the main suite) are left out.
+#: The candidate's tests run under Python 3.12, its comparisons with the reference's formulas
+#: included; the slowest gradient checks (the same code, run by the main suite) are left out.
 TESTS = ["tests/test_candidate_agent_units.py", "tests/test_candidate_twohot_index.py",
          "tests/test_candidate_loop_parts.py", "tests/test_candidate_observe.py",
          "tests/test_candidate_executables.py"]
-DESELECT = ("not reference and not observe_scan_gradients and not hoisted_inputs and not "
-            "compiled_in_advance")
+DESELECT = "not observe_scan_gradients and not hoisted_inputs and not compiled_in_advance"
 
 pytestmark = pytest.mark.slow
 
