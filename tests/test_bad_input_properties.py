@@ -273,6 +273,23 @@ def _load_round(root: Path):
     return checks.run_checks(ROUND, ref, cand)
 
 
+def test_the_unmutated_inputs_are_accepted_and_hold_the_invariants(round_dir, pub_dir):
+    """What the properties below mutate is accepted as it is, every check passing and every
+    invariant holding: a reader that refused every input fails here."""
+    cs = _load_round(round_dir)
+    mine = [c for c in cs if c.side == "candidate" and c.seed == 0]
+    assert mine and [c for c in mine if c.status == "FAIL"] == []
+    check_records_invariants(round_dir / "candidate" / "s0" / "records.jsonl", PARAMS, False)
+    check_episodes_invariants(round_dir / "candidate" / "s0" / "episodes.jsonl")
+    run = published.load_run(pub_dir, "reference", 0)
+    load.check_eval_rows([run], params_mod.eval_points(PUB_PARAMS))
+    # the study's files record no reference commit: provenance is the one check failing
+    assert [(c.name, c.detail) for c in checks.run_checks(PUB_ROUND, [run], [])
+            if c.status == "FAIL"] == [("provenance", "no reference commit recorded")]
+    check_published_invariants(pub_dir / "ref_s0" / "evals.jsonl", PUB_PARAMS, False)
+    check_params_invariants(params_mod.load(REPO / "params.yaml"))
+
+
 RUN_FILES = {"records.jsonl": "jsonl", "episodes.jsonl": "jsonl", "DONE.json": "json",
              "run.json": "json"}
 
