@@ -130,12 +130,15 @@ class CartPolePort:
 
     @property
     def obs_space(self):
+        """``{key: (dtype, shape)}`` of an observation, the reference's CartPole keys."""
         return {
             "vector": ("float32", (4,)), "reward": ("float32", ()),
             "is_first": ("bool", ()), "is_last": ("bool", ()), "is_terminal": ("bool", ())}
 
     @property
     def act_space(self):
+        """``{key: (dtype, shape[, low, high])}`` of an action: ``action`` in {0, 1}, and
+        ``reset``."""
         return {"action": ("int32", (), 0, 2), "reset": ("bool", ())}
 
     @property

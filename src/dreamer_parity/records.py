@@ -367,6 +367,7 @@ class ArgumentParser(argparse.ArgumentParser):
     of this class too (``add_subparsers`` uses the parent's class)."""
 
     def error(self, message):
+        """Exit 2 with the one-line refusal (never returns)."""
         line = " ".join(f"{self.prog}: {message}".split())
         self.exit(2, f"error: {line[:480]}\n")
 

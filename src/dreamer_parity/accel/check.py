@@ -189,9 +189,11 @@ class Check:
         self.last = {}   # kind -> seconds of its last finished phase
 
     def left(self) -> float:
+        """Seconds left before the deadline (the budget less the reserve); negative past it."""
         return self.deadline - time.perf_counter()
 
     def write(self) -> None:
+        """Write the results so far, with their summary, to ``<out>/accel_check.json``."""
         self.res["elapsed_s"] = time.perf_counter() - self.t_start
         self.res["summary"] = outcome.summarise(self.res["phases"])
         records.write_json(self.out, self.res)
@@ -210,6 +212,8 @@ class Check:
         return True
 
     def run_phase(self, ph: dict) -> dict:
+        """Run phase ``ph`` in a child process when it fits the time left; the phase
+        record (status, seconds, result or reason)."""
         if not self.fits(ph):
             return ph
         print(f"accel_check: {ph['name']} ...", file=sys.stderr, flush=True)
@@ -217,6 +221,8 @@ class Check:
         return self.finish(child)
 
     def finish(self, child: Child) -> dict:
+        """Wait for ``child`` until the deadline, record its phase, print one line, write
+        the results; the phase record."""
         ph = child.wait(self.deadline)
         self.res["phases"].append(ph)
         if ph["status"] in ("ok", "oom"):

@@ -46,6 +46,7 @@ class Check:
     seed: int | None = None
 
     def line(self) -> str:
+        """The check as one report line: ``<status>  [<side> s<seed>: ]<name>: <detail>``."""
         who = f"{self.side} s{self.seed}: " if self.side is not None and self.seed is not None else (
             f"{self.side}: " if self.side else "")
         return f"{self.status:<4}  {who}{self.name}: {self.detail}"

@@ -286,6 +286,8 @@ class Instrument:
     # ---- hooks -----------------------------------------------------------------------
     @property
     def step(self) -> int:
+        """Environment rows so far, as the reference's logger counts them (0 before the
+        logger exists)."""
         return int(self.logger.step) if self.logger is not None else 0
 
     def before_policy(self) -> None:
@@ -376,6 +378,8 @@ class Instrument:
                   f"(returns {ev['returns']})")
 
     def write_episodes(self) -> None:
+        """Rewrite ``<out>/episodes.jsonl`` with every finished training episode so far,
+        each labelled with the run seed (atomic, :func:`dreamer_parity.records.write_jsonl`)."""
         eps = [{"seed": self.args.seed, **e} for e in self.episodes]
         records.write_jsonl(self.args.out / "episodes.jsonl", eps)
 
@@ -504,10 +508,12 @@ class AgentProxy:
         return getattr(self._agent, name)
 
     def policy(self, obs, carry, mode="train"):
+        """:meth:`Instrument.before_policy`, then the agent's ``policy`` unchanged."""
         self._inst.before_policy()
         return self._agent.policy(obs, carry, mode=mode)
 
     def train(self, data, carry):
+        """The agent's ``train``, then its metrics to :meth:`Instrument.after_train`."""
         outs, carry, mets = self._agent.train(data, carry)
         self._inst.after_train(mets)
         return outs, carry, mets
