@@ -5,7 +5,7 @@ On the GPU machine (Python 3.12 with jax 0.11.2 and its CUDA 13 plugin: version 
 ``.gpu-programs/`` (``make gpu-programs`` here: the run's programs compiled for the H200)
 copied there beside the working tree (docs/CANDIDATE.md#gpu)::
 
-    python3 benchmarks/gpu_call.py --out <output dir> --deadline-s 540 --first-seed 50
+    python3 benchmarks/gpu_call.py --out <output dir> --deadline-s 540
 
 The phases, in order; ``<out>/gpu_call.json`` is rewritten (atomically) after each, and each
 runs in a child process (one process at a time holds the GPU):
@@ -40,7 +40,8 @@ runs in a child process (one process at a time holds the GPU):
    precision) costs its load seconds, any other the
    measured compile, and when the measurement itself loaded its programs (no compile
    measured), only the counts that loaded are taken.  The seeds ``--first-seed`` upward
-   then run in one program (``run --deadline-s``, ``--checkpoint deadline``: a seed cut by
+   (default: the first number above every candidate seed kept under ``data/runs``,
+   :func:`dreamer_parity.sides.kept_seeds`; a lower one is refused) then run in one program (``run --deadline-s``, ``--checkpoint deadline``: a seed cut by
    the deadline is checkpointed under ``--runs``, never packed).
 6. ``pack``: the finished seeds into ``<out>/candidate-s<first>-s<last>.tar.gz`` with ``python
    -m dreamer_parity.archive pack`` (one archive, at most 16 MiB, checked), to be kept here with
@@ -332,7 +333,9 @@ def _parser() -> argparse.ArgumentParser:
                     "${XDG_CACHE_HOME:-~/.cache}/dreamer-parity/gpu-call)")
     ap.add_argument("--deadline-s", type=float, required=True,
                     help="seconds from the start by which the archive is written")
-    ap.add_argument("--first-seed", type=int, default=50, help="the batch's first seed")
+    ap.add_argument("--first-seed", type=int, default=None,
+                    help="the batch's first seed (default and least: one above every "
+                         "candidate seed kept under data/runs)")
     ap.add_argument("--max-seeds", type=int, default=32, help="the largest batch")
     ap.add_argument("--measure-seeds", type=int, default=8,
                     help="seeds of the measured chunk program")
@@ -367,7 +370,7 @@ def main(argv=None) -> int:
         ap.error(f"--deadline-s {a.deadline_s}: must be a positive number of seconds")
     for name in ("first_seed", "max_seeds", "measure_seeds", "measure_chunks"):
         v = getattr(a, name)
-        if v < (0 if name == "first_seed" else 1):
+        if v is not None and v < (0 if name == "first_seed" else 1):
             ap.error(f"--{name.replace('_', '-')} {v}: must be "
                      f"{'>= 0' if name == 'first_seed' else 'positive'}")
     try:
@@ -384,6 +387,17 @@ def main(argv=None) -> int:
         ap.error(f"--params: file not found: {e.filename}")
     except paramslib.ParamsError as e:
         ap.error(str(e))
+    from dreamer_parity import sides
+    try:       # a seed number is used once across platforms (docs/rounds/round3-final.md)
+        kept = sides.kept_seeds("candidate", REPO)
+    except sides.SideError as e:
+        ap.error(str(e))
+    free = kept[-1] + 1 if kept else 0
+    if a.first_seed is None:
+        a.first_seed = free
+    elif a.first_seed < free:
+        ap.error(f"--first-seed {a.first_seed}: candidate seeds up to {free - 1} are kept under "
+                 f"{sides.KEPT_RUNS}; a new seed takes a new number, from {free}")
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         ap.error(f"--out {a.out}: not a directory")

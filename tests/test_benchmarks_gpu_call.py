@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamer_parity import params as paramslib, provenance
+from dreamer_parity import params as paramslib, provenance, sides
 from dreamer_parity.accel import mirror
 from dreamer_parity.accel.deadline import plan_batch, updates_per_seed
 
@@ -94,6 +94,8 @@ def test_gpu_provenance_from_nvidia_smi_and_xla_flags(tmp_path, monkeypatch):
     (["--deadline-s", "9", "--set", "seeds=[1, 1]"], "duplicate seeds"),
     (["--deadline-s", "9", "--params", "nope.yaml"], "--params: file not found"),
     (["--deadline-s", "9", "--smoke-set", "rows=1000"], "eval_every"),
+    (["--deadline-s", "9", "--first-seed", "50"],
+     "--first-seed 50: candidate seeds up to"),   # 50-65 are kept TPU seeds
     (["--deadline-s", "9", "--platform", "rocm"],
      "--platform 'rocm': the mirror probe runs on cpu, cuda, tpu only"),
 ])
@@ -152,7 +154,7 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
     out, runs = tmp_path / "out", tmp_path / "runs"
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(out), "--runs", str(runs),
-         "--deadline-s", "3000", "--first-seed", "50", "--max-seeds", "1",
+         "--deadline-s", "3000", "--max-seeds", "1",
          "--measure-seeds", "1", "--measure-chunks", "1", "--platform", "cpu",
          "--versions", "none", "--smoke-timeout-s", "1200", "--wheels", str(wheels),
          "--programs", str(tmp_path / "programs"), *(f"--set={x}" for x in sets),
@@ -176,7 +178,10 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
         "compute_capability": None, "described": False}}
     assert measure["loop"]["timed_updates"] == 40   # one chunk of 5 vector steps
     # no compile was measured: the batch is a count whose programs loaded
-    assert res["plan"]["seed_list"] == [50] and res["finished"] == [50]
+    # the first seed number above every kept candidate seed (--first-seed's default)
+    first = sides.kept_seeds("candidate", REPO)[-1] + 1
+    assert first >= 66
+    assert res["plan"]["seed_list"] == [first] and res["finished"] == [first]
     assert res["plan"]["updates_per_seed"] == 81
     # the smoke's mirror probe: on XLA:CPU no pair differs, at either precision
     assert res["mirror"]["differ"] == CPU_DIFFER and res["mirror"]["mirror_pairs"] == 127
@@ -190,12 +195,14 @@ def test_the_call_runs_every_phase_on_the_cpu(tmp_path):
     assert res["probe"]["backend"]["platform"] == "cpu"
     assert res["probe"]["backend"]["matmul_precision"] == "highest"
     # only the JSON and the archive come back
-    assert sorted(p.name for p in out.iterdir()) == ["candidate-s50-s50.tar.gz", "gpu_call.json"]
-    with tarfile.open(out / "candidate-s50-s50.tar.gz") as tar:
+    archive = f"candidate-s{first}-s{first}.tar.gz"
+    assert sorted(p.name for p in out.iterdir()) == [archive, "gpu_call.json"]
+    with tarfile.open(out / archive) as tar:
         names = tar.getnames()
-        run = json.load(tar.extractfile("candidate/s50/run.json"))
-    assert {n.split("/")[1] for n in names} == {"s50"} and "candidate/s50/DONE.json" in names
-    assert run["seed"] == 50 and run["provenance"]["backend"]["matmul_precision"] == "highest"
+        run = json.load(tar.extractfile(f"candidate/s{first}/run.json"))
+    assert {n.split("/")[1] for n in names} == {f"s{first}"}
+    assert f"candidate/s{first}/DONE.json" in names
+    assert run["seed"] == first and run["provenance"]["backend"]["matmul_precision"] == "highest"
     assert run["config"]["programs"]["source"] == "precompiled"
     assert run["config"]["programs"]["key"] == key
     smoke = json.loads((runs / "smoke" / "candidate" / "s0" / "run.json").read_text())

@@ -541,3 +541,24 @@ def test_reference_runs_match_on_jax_platform_and_precision_too():
     assert sides.disagreements(run, tpu, "reference", 0, "reference") == []
     cpu = REPO / "data" / "runs" / "round3-10seeds-reference" / "s5"   # records none: 0.4.26
     assert sides.disagreements(cpu, _round3_params(seeds=[5]), "reference", 5, "reference") == []
+
+
+def test_kept_seeds_are_every_kept_run_of_the_side_once(tmp_path):
+    base = tmp_path / sides.KEPT_RUNS
+    for name, side, seed in (("a", "candidate", 3), ("a", "candidate", 12), ("b", "candidate", 3),
+                             ("b", "reference", 40), ("c", "candidate", 7)):
+        (base / name / f"s{seed}").mkdir(parents=True)
+        (base / name / f"s{seed}" / "run.json").write_text(json.dumps({"side": side, "seed": seed}))
+    (base / "c" / "s9").mkdir()                     # a directory without run.json: no run
+    assert sides.kept_seeds("candidate", tmp_path) == [3, 7, 12]
+    assert sides.kept_seeds("reference", tmp_path) == [40]
+    assert sides.kept_seeds("candidate", tmp_path / "nothing") == []
+    (base / "c" / "s9" / "run.json").write_text(json.dumps({"side": "candidate", "seed": 8}))
+    with pytest.raises(sides.SideError, match=r"^data/runs/c/s9/run.json: seed 8 is not the one "
+                                              r"its directory names \(s9\)$"):
+        sides.kept_seeds("candidate", tmp_path)
+    (base / "c" / "s9" / "run.json").write_text("{")
+    with pytest.raises(sides.SideError, match=r"^data/runs/c/s9/run.json"):
+        sides.kept_seeds("candidate", tmp_path)
+    # this repository: candidate seeds 0-9 on the CPU and 10-65 on a TPU v5e are kept
+    assert set(range(66)) <= set(sides.kept_seeds("candidate", REPO))

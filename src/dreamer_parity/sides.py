@@ -61,7 +61,7 @@ from dreamer_parity.round_spec import Round
 __all__ = ["SideError", "SeedSource", "Side", "resolve", "side_from_dir",
            "RESULTS", "locate", "write_stand_in", "stand_ins", "stand_in_line", "STAND_IN",
            "published_round_dir",
-           "KEPT_RUNS", "disagreements", "matching_kept_runs", "kept_runs_hint"]
+           "KEPT_RUNS", "disagreements", "matching_kept_runs", "kept_runs_hint", "kept_seeds"]
 
 #: Where a side that this repository runs writes its seeds: ``results/<side>/s<S>``.
 RESULTS = "results"
@@ -323,6 +323,33 @@ def matching_kept_runs(round_: Round, side: str, seeds, root: str | Path = ".",
         if ok:
             out.append(rel)
     return out
+
+
+def kept_seeds(side: str, root: str | Path = ".") -> list[int]:
+    """The seed numbers of the runs ``side`` made that are kept under :data:`KEPT_RUNS`
+    (``<root>/data/runs/<name>/s<S>/run.json`` whose ``side`` is ``side``, as
+    :mod:`dreamer_parity.keep` checked it), ascending, each once, whatever the round or the
+    platform.  A new run of ``side`` takes a number above these (docs/rounds/round3-final.md,
+    "The sides": a seed number is used once across platforms).
+
+    Raises:
+      SideError: one line naming a kept ``run.json`` that cannot be read, or whose ``seed``
+        is not the one its directory names.
+    """
+    base = Path(root) / KEPT_RUNS
+    found = set()
+    for f in sorted(base.glob("*/s*/run.json")):
+        try:
+            info = records.read_json(f, f.relative_to(root).as_posix())
+        except records.RecordError as e:
+            raise SideError(str(e)) from None
+        if info.get("side") != side:
+            continue
+        if f"s{info.get('seed')}" != f.parent.name:
+            raise SideError(f"{f.relative_to(root).as_posix()}: seed {info.get('seed')!r} "
+                            f"is not the one its directory names ({f.parent.name})")
+        found.add(int(info["seed"]))
+    return sorted(found)
 
 
 def kept_runs_hint(round_: Round, side: str, seeds, root: str | Path = ".",
