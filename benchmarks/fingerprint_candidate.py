@@ -1,7 +1,7 @@
 """Fingerprint the candidate's numbers: one train step and the first evaluation points of a round.
 
-    python benchmarks/fingerprint_candidate.py [--params params.yaml] [--seeds 0]
-                                               [--points 3] [--records results]
+    python benchmarks/fingerprint_candidate.py [--params params.yaml] [--set KEY=VALUE ...]
+                                               [--seeds 0] [--points 3] [--records results]
 
 Prints sha256 digests of
 
@@ -14,9 +14,11 @@ Prints sha256 digests of
 3. ``records``: each seed's ``records.jsonl`` lines at those points (evaluation returns,
    train-metric window means, return normaliser).
 
-With ``--records DIR`` it also compares (3) with the first lines of
-``DIR/candidate/s<seed>/records.jsonl`` of a finished run of the same params and names
-the first value that differs.  The digests depend on the machine's XLA backend and the
+``--set`` changes a parameter of ``--params`` first, as the runner's ``--set`` does (a kept
+batch's ``--set candidate.source=run --set 'seeds=[...]'``).  With ``--records DIR`` it also
+compares (3) with the first lines of ``DIR/s<seed>/records.jsonl`` (a kept directory,
+``data/runs/<name>``) or ``DIR/candidate/s<seed>/records.jsonl`` (a results root) of a
+finished run of the same params, and names the first value that differs.  The digests depend on the machine's XLA backend and the
 jax/jaxlib versions, so compare them only between runs on one machine.
 
 Which digests are reproducible: one seed (one host device) gives the same digests run
@@ -107,6 +109,13 @@ def train_step_digest(params: dict) -> str:
     return digest_arrays(jax.tree_util.tree_leaves(out))
 
 
+def committed_run(root, seed: int) -> Path:
+    """Where ``--records root`` holds seed ``seed``: ``root/s<seed>`` when that is a
+    directory (a kept directory), else ``root/candidate/s<seed>`` (a results root)."""
+    kept = Path(root) / f"s{int(seed)}"
+    return kept if kept.is_dir() else recordslib.run_dir(root, "candidate", seed)
+
+
 def run_digests(params: dict, points: int, tmp: Path) -> tuple[str, dict]:
     """(carry digest, {seed: record lines}) after the first ``points`` evaluation points."""
     from dreamer_parity.candidate.runtime import run as runlib
@@ -129,6 +138,8 @@ def main(argv=None) -> int:
 
     ap = records_cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--params", default=str(REPO / "params.yaml"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a parameter of --params first (as the runner's --set)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
                     help="run these seeds instead of the params' (one seed: reproducible digests)")
     ap.add_argument("--points", type=int, default=3, help="evaluation points to run (>= 1)")
@@ -148,17 +159,24 @@ def main(argv=None) -> int:
         return 2
     if a.points < 1:
         ap.error("--points must be >= 1")
-    params = paramslib.load(a.params)
-    if a.seeds is not None:
-        params = paramslib.validate({**params, "seeds": a.seeds})
+    try:
+        params = paramslib.load(a.params, a.set)
+        if a.seeds is not None:
+            params = paramslib.validate({**params, "seeds": a.seeds})
+    except paramslib.ParamsError as e:
+        ap.error(str(e))
     n_points = len(paramslib.eval_points(params))
     if a.points > n_points:
         ap.error(f"--points {a.points}: the round has {n_points} evaluation points")
     committed = {}
     if a.records:   # read before any compute, so a missing file fails at once
-        for s in params["seeds"]:
-            run = recordslib.run_dir(a.records, "candidate", s)
-            committed[s] = recordslib.read_records(run, require_done=False)[:a.points]
+        try:
+            for s in params["seeds"]:
+                run = committed_run(a.records, s)
+                committed[s] = recordslib.read_records(run, require_done=False)[:a.points]
+        except recordslib.RecordError as e:
+            print(f"error: --records: {e}", file=sys.stderr)
+            return 2
     from dreamer_parity.candidate.runtime import seedmesh
     seedmesh.request_host_devices(len(params["seeds"]))   # as the stage does
     print(f"train_step {train_step_digest(params)}", flush=True)
@@ -167,7 +185,7 @@ def main(argv=None) -> int:
     print(f"carry      {carry}  (after {a.points} points)")
     status = 0
     for s in params["seeds"]:
-        mine = recs[s][:a.points]
+        mine = json.loads(json.dumps(recordslib.clean_json(recs[s][:a.points])))
         line = f"records s{s} {digest_lines(mine)}  eval_mean {[r['eval_mean'] for r in mine]}"
         if a.records:
             same = mine == committed[s]

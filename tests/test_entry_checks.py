@@ -347,6 +347,12 @@ def _cases(tmp_path):
         ("benchmarks/gpu_kernels.py", ["--kernel-us", "-1"], "--kernel-us -1.0: must lie in"),
         ("benchmarks/fingerprint_candidate.py", ["--records", str(tmp_path / "none")],
          "not found"),
+        ("benchmarks/fingerprint_candidate.py", ["--set", "seeds=[1, 1]"], "duplicate seeds"),
+        # a kept directory holds s42 itself; s999 is looked for as a results root holds it
+        ("benchmarks/fingerprint_candidate.py",
+         ["--records", "data/runs/round3-tpu-candidate", "--set", "candidate.source=run",
+          "--set", "seeds=[42, 999]"],
+         "--records: data/runs/round3-tpu-candidate/candidate/s999/records.jsonl: missing"),
         ("measurements/2026-12-06-tpu-scaling/plot.py", [str(a_file), "--out", str(a_file)],
          "must end in .svg or .png"),
         ("measurements/2026-12-06-tpu-scaling/plot.py", [str(a_file), "--out", str(tmp_path / "f.svg")],
